@@ -1,0 +1,58 @@
+# Feed the GPU. Two commands do everything on a fresh machine:
+#   make run    install, execute every notebook headless, write the report of this machine
+#   make test   install, lint, unit tests, every notebook through nbval (smoke profile)
+SHELL   := /bin/bash
+PYTHON  ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+PROFILE ?= auto
+STAMP   := $(VENV)/.installed
+export PYTHONUNBUFFERED := 1
+export MPLBACKEND := Agg
+
+.PHONY: install run test lint unit notebooks bench lab clean help
+
+help:
+	@echo "make run [PROFILE=smoke|full]  execute the suite, write build/report.html"
+	@echo "make test                     lint + unit tests + notebooks (smoke profile)"
+	@echo "make bench                    the capstone benchmark (reference vs fast recipe)"
+	@echo "make lab                      JupyterLab on the notebooks"
+	@echo "make clean                    remove executed copies, generated data and results"
+
+# The environment is rebuilt only when the pins change; a second call starts in seconds.
+$(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "Installing the pinned environment into $(VENV) (first time: about 2 minutes)..."
+	$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements.txt
+	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps -r requirements-nodeps.txt
+	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	@touch $@
+
+install: $(STAMP)
+
+run: install
+	$(BIN)/python -m helpers.suite --profile $(PROFILE)
+
+lint: install
+	$(BIN)/ruff check helpers tests notebooks benchmarks
+	$(BIN)/nbstripout --verify notebooks/*.ipynb
+
+unit: install
+	FTG_PROFILE=smoke $(BIN)/python -m pytest tests -q
+
+notebooks: install
+	FTG_PROFILE=smoke $(BIN)/python -m pytest -q --nbval-lax --nbval-current-env \
+	    --nbval-cell-timeout=300 -p tests.nbval_budget notebooks
+
+test: lint unit notebooks
+
+bench: install
+	$(BIN)/python -m benchmarks.capstone
+
+lab: install
+	$(BIN)/jupyter lab notebooks
+
+clean:
+	rm -rf build
+	find data -mindepth 1 ! -name README.md -exec rm -rf {} +
+	find . -name __pycache__ -prune -not -path "./$(VENV)/*" -exec rm -rf {} +

@@ -1,0 +1,71 @@
+"""Is the loop waiting for data? Time spent in `next(batch)` vs time spent in the step.
+
+    meter = DataWaitMeter(loader, device=device)
+    for X, y in meter:
+        train_step(X, y)
+    print(meter.summary())   # {'wait_s': ..., 'compute_s': ..., 'wait_fraction': 0.68, ...}
+
+The step's share is measured up to the next `next()` call, after synchronising the device, so
+queued GPU work is charged to the step and not to the data. Pass `sync_every=k` to synchronise
+only every k steps (fewer stalls; then per-step split is approximate, the totals stay right).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import torch
+
+from .devices import synchronize
+
+
+class DataWaitMeter:
+    def __init__(self, iterable: Iterable, *, device: str | torch.device | None = None,
+                 sync_every: int = 1) -> None:
+        if not isinstance(sync_every, int) or sync_every < 1:
+            raise ValueError(f"DataWaitMeter: sync_every must be an int >= 1, got {sync_every!r}")
+        self.iterable = iterable
+        self.device = device
+        self.sync_every = sync_every
+        self.wait: list[float] = []
+        self.compute: list[float] = []
+
+    def __iter__(self) -> Iterator[Any]:
+        it = iter(self.iterable)
+        step = 0
+        while True:
+            t0 = time.perf_counter()
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+            t1 = time.perf_counter()
+            self.wait.append(t1 - t0)
+            yield batch
+            step += 1
+            if step % self.sync_every == 0:
+                synchronize(self.device)
+            self.compute.append(time.perf_counter() - t1)
+
+    def summary(self) -> dict[str, float]:
+        wait, compute = sum(self.wait), sum(self.compute)
+        total = wait + compute
+        return {
+            "steps": len(self.compute),
+            "wait_s": wait,
+            "compute_s": compute,
+            "wait_fraction": wait / total if total else 0.0,
+        }
+
+    def diagnosis(self) -> str:
+        """One sentence for the notebook: is this loop input-bound?"""
+        s = self.summary()
+        pct = 100 * s["wait_fraction"]
+        if pct >= 30:
+            return (f"{pct:.0f} % of step time is waiting for data: the loop is input-bound - "
+                    "add DataLoader workers, keep data in memory, or move augmentation to the device.")
+        if pct >= 10:
+            return f"{pct:.0f} % of step time is waiting for data: input is a noticeable but not dominant cost."
+        return f"only {pct:.0f} % of step time is waiting for data: the loop is compute-bound."

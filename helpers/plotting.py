@@ -1,0 +1,146 @@
+"""Plots the notebooks share: a live training plot, a ratio-labelled bar chart, a waterfall."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import matplotlib
+
+matplotlib.rcParams.setdefault("figure.dpi", 90)
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def _in_notebook() -> bool:
+    try:
+        from IPython import get_ipython
+
+        ip = get_ipython()
+        return ip is not None and hasattr(ip, "kernel")
+    except ImportError:
+        return False
+
+
+class LivePlot:
+    """Curves that grow as training runs (d2l's `Animator`), redrawn in place in Jupyter.
+
+    >>> lp = LivePlot(["train loss", "train acc"], xlabel="epoch")
+    >>> lp.add(1, {"train loss": 0.9, "train acc": 0.6})
+
+    Headless (no kernel) it just keeps the figure up to date; `lp.fig` can be saved.
+    """
+
+    def __init__(self, legend: Sequence[str], *, xlabel: str = "epoch", ylabel: str = "",
+                 title: str = "", figsize: tuple[float, float] = (5, 3.2)) -> None:
+        if not legend:
+            raise ValueError("LivePlot: legend must name at least one curve")
+        self.legend = list(legend)
+        self.xs: dict[str, list[float]] = {k: [] for k in self.legend}
+        self.ys: dict[str, list[float]] = {k: [] for k in self.legend}
+        self.fig, self.ax = plt.subplots(figsize=figsize)
+        self.ax.set_xlabel(xlabel)
+        self.ax.set_ylabel(ylabel)
+        if title:
+            self.ax.set_title(title)
+        self._handle = None
+        if _in_notebook():
+            from IPython.display import display
+
+            plt.close(self.fig)  # we display it ourselves, once, then update that output
+            self._handle = display(self.fig, display_id=True)
+
+    def add(self, x: float, values: dict[str, float] | Sequence[float]) -> None:
+        if not isinstance(values, dict):
+            values = dict(zip(self.legend, values, strict=False))
+        unknown = set(values) - set(self.legend)
+        if unknown:
+            raise ValueError(f"LivePlot.add: unknown curve(s) {sorted(unknown)}; known: {self.legend}")
+        for k, v in values.items():
+            if v is not None:
+                self.xs[k].append(float(x))
+                self.ys[k].append(float(v))
+        self.redraw()
+
+    def redraw(self) -> None:
+        ax = self.ax
+        for line in list(ax.lines):
+            line.remove()
+        for k in self.legend:
+            if self.xs[k]:
+                ax.plot(self.xs[k], self.ys[k], marker="o", ms=3, label=k)
+        ax.relim()
+        ax.autoscale_view()
+        ax.grid(True, alpha=0.3)
+        ax.legend(loc="best", fontsize="small")
+        if self._handle is not None:
+            self._handle.update(self.fig)
+
+
+def _ratios(values: Sequence[float], baseline: int, higher_is_better: bool) -> list[float]:
+    b = values[baseline]
+    if higher_is_better:
+        return [v / b for v in values]
+    return [b / v if v else float("inf") for v in values]
+
+
+def bar_compare(labels: Sequence[str], values: Sequence[float], *, unit: str,
+                baseline: int = 0, higher_is_better: bool = True, title: str = "",
+                ax: plt.Axes | None = None) -> plt.Figure:
+    """Bars labelled with their ratio to the baseline bar ("2.4x" means 2.4 times better)."""
+    if len(labels) != len(values) or not values:
+        raise ValueError("bar_compare: labels and values must be non-empty and the same length")
+    if not 0 <= baseline < len(values):
+        raise ValueError(f"bar_compare: baseline must index a bar (0..{len(values) - 1}), got {baseline}")
+    if values[baseline] <= 0:
+        raise ValueError("bar_compare: the baseline value must be positive")
+    ratios = _ratios(values, baseline, higher_is_better)
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(max(4.0, 1.1 * len(values) + 2), 3.4))
+    else:
+        fig = ax.figure
+    colors = ["#999999" if i == baseline else "#2a7ab0" for i in range(len(values))]
+    bars = ax.bar(range(len(values)), values, color=colors)
+    for bar, r in zip(bars, ratios, strict=True):
+        ax.annotate(f"{r:.2f}x", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                    ha="center", va="bottom", fontsize=9, xytext=(0, 2), textcoords="offset points")
+    ax.set_xticks(range(len(values)), labels, rotation=20 if len(values) > 3 else 0, ha="right" if len(values) > 3 else "center")
+    better = "higher is better" if higher_is_better else "lower is better"
+    ax.set_ylabel(f"{unit} ({better})")
+    ax.set_title(title or f"ratio to '{labels[baseline]}' on each bar")
+    ax.margins(y=0.15)
+    fig.tight_layout()
+    return fig
+
+
+def waterfall(steps: Sequence[tuple[str, float]], *, unit: str = "s / epoch", title: str = "",
+              ax: plt.Axes | None = None) -> plt.Figure:
+    """Stacked speed-ups: the first bar is the reference; each later bar floats from the previous
+    step's value to its own, labelled with its cumulative speed-up over the reference."""
+    if not steps:
+        raise ValueError("waterfall: give at least one (label, value) step")
+    labels = [s[0] for s in steps]
+    values = [float(s[1]) for s in steps]
+    if any(v <= 0 for v in values):
+        raise ValueError("waterfall: every value must be positive")
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(max(5.0, 1.0 * len(steps) + 2), 3.8))
+    else:
+        fig = ax.figure
+    ref = values[0]
+    for i, v in enumerate(values):
+        if i == 0:
+            bottom, height, color = 0.0, v, "#999999"
+        else:
+            prev = values[i - 1]
+            bottom, height = min(prev, v), abs(prev - v)
+            color = "#3a9a4a" if v < prev else "#c0392b"
+        ax.bar(i, max(height, ref * 0.003), bottom=bottom, color=color)
+        ax.annotate(f"{v:.3g}\n{ref / v:.2f}x", (i, max(bottom + height, v)), ha="center",
+                    va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points")
+        if i:
+            ax.plot([i - 1.4, i + 0.4], [values[i - 1]] * 2, color="#555555", lw=0.6, ls=":")
+    ax.set_xticks(range(len(values)), labels, rotation=25, ha="right")
+    ax.set_ylabel(unit)
+    ax.set_title(title or "cumulative changes (label: value and speed-up over the first bar)")
+    ax.margins(y=0.2)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,119 @@
+"""Record a notebook's measurements and claim verdicts as data the report collects.
+
+    rec = Recorder("01_data_loading", profile=P)
+    rec.measure("batch bytes, float32", 12.5, "MB")
+    rec.measure("batch bytes, uint8", 3.1, "MB", ratio=4.0, note="float32 / uint8")
+    rec.verdict("L3", "holds", figure="4.0x less memory per batch")
+    rec.figure(fig, "batch_memory")
+
+Every call rewrites `build/results/<notebook>.json` at once, so a notebook stopped half-way
+still leaves what it measured.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from . import paths
+from .claims import CLAIMS, VERDICT_KINDS
+from .devices import hardware_summary
+from .profiles import Profile
+
+
+class Recorder:
+    def __init__(self, notebook: str, profile: Profile | str | None = None,
+                 directory: str | Path | None = None) -> None:
+        if not isinstance(notebook, str) or not notebook.strip():
+            raise ValueError("Recorder: notebook must be a non-empty name like '01_data_loading'")
+        self.notebook = notebook
+        self.directory = Path(directory) if directory is not None else paths.results_dir()
+        self.path = self.directory / f"{notebook}.json"
+        self.data: dict[str, Any] = {
+            "notebook": notebook,
+            "profile": profile.name if isinstance(profile, Profile) else profile,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "hardware": hardware_summary(),
+            "data_sources": {},
+            "measurements": [],
+            "verdicts": [],
+            "figures": [],
+        }
+        self.save()
+
+    def data_source(self, dataset: str, *, synthetic: bool, detail: str = "") -> None:
+        """Say which data the numbers come from; synthetic data is labelled in the report."""
+        self.data["data_sources"][dataset] = {"synthetic": bool(synthetic), "detail": detail}
+        self.save()
+
+    def measure(self, name: str, value: float, unit: str, *, ratio: float | None = None,
+                note: str = "", quiet: bool = False, **extra: Any) -> float:
+        """Record one figure (and optionally its ratio to a baseline); returns `value`."""
+        if not isinstance(name, str) or not name:
+            raise ValueError("measure: name must be a non-empty string")
+        if not isinstance(unit, str):
+            raise ValueError(f"measure: unit must be a string such as 's' or 'samples/s', got {unit!r}")
+        value = float(value)
+        if math.isnan(value):
+            raise ValueError(f"measure: value for {name!r} is NaN")
+        entry = {"name": name, "value": value, "unit": unit, "ratio": ratio, "note": note, **extra}
+        self.data["measurements"] = [m for m in self.data["measurements"] if m["name"] != name]
+        self.data["measurements"].append(entry)
+        self.save()
+        if not quiet:
+            r = f"  ({ratio:.2f}x {note})" if ratio is not None else (f"  ({note})" if note else "")
+            print(f"[measured] {name}: {value:.4g} {unit}{r}")
+        return value
+
+    def verdict(self, claim: str, verdict: str, *, figure: str, detail: str = "") -> None:
+        """Record the verdict on a ledger claim (`L1` ... `L23`) with the figure behind it."""
+        if claim not in CLAIMS:
+            raise ValueError(f"verdict: unknown claim {claim!r}; valid ids are L1 ... L{len(CLAIMS)}")
+        if not any(verdict.startswith(k) for k in VERDICT_KINDS):
+            raise ValueError(
+                f"verdict for {claim}: must start with one of {', '.join(VERDICT_KINDS)}; got {verdict!r}"
+            )
+        if not figure:
+            raise ValueError(f"verdict for {claim}: give the measured figure behind it")
+        synthetic = any(s["synthetic"] for s in self.data["data_sources"].values())
+        entry = {"claim": claim, "verdict": verdict, "figure": figure, "detail": detail,
+                 "synthetic_data": synthetic}
+        self.data["verdicts"] = [v for v in self.data["verdicts"] if v["claim"] != claim]
+        self.data["verdicts"].append(entry)
+        self.save()
+        tag = " [synthetic data]" if synthetic else ""
+        print(f"[verdict] {claim} - {verdict}: {figure}{tag}")
+
+    def figure(self, fig: Any, name: str) -> Path:
+        """Save a matplotlib figure next to the results, for the HTML report."""
+        fig_dir = self.directory / "figures"
+        fig_dir.mkdir(parents=True, exist_ok=True)
+        path = fig_dir / f"{self.notebook}__{name}.png"
+        fig.savefig(path, dpi=90, bbox_inches="tight")
+        rel = str(path.relative_to(self.directory))
+        if rel not in self.data["figures"]:
+            self.data["figures"].append(rel)
+        self.save()
+        return path
+
+    def save(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.data["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.data, indent=1, default=str))
+        tmp.replace(self.path)
+
+
+def load_all(directory: str | Path | None = None) -> list[dict[str, Any]]:
+    """Every notebook's results in `directory` (default: this machine's), sorted by notebook."""
+    d = Path(directory) if directory is not None else paths.results_dir()
+    out = []
+    for p in sorted(d.glob("*.json")):
+        try:
+            out.append(json.loads(p.read_text()))
+        except json.JSONDecodeError:
+            continue
+    return out

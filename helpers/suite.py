@@ -1,0 +1,84 @@
+"""Execute the whole suite headless, in order, into `build/notebooks/`, then write the report.
+
+    python -m helpers.suite --profile auto     # what `make run` does
+
+Executed copies go to the build folder; the sources in `notebooks/` are never modified.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError, CellTimeoutError
+from tqdm.auto import tqdm
+
+from . import paths, profiles, report
+
+NOTEBOOKS = paths.ROOT / "notebooks"
+
+
+def notebook_paths(pattern: str = "*") -> list[Path]:
+    return sorted(p for p in NOTEBOOKS.glob(f"{pattern}.ipynb") if p.stem[:2].isdigit())
+
+
+def execute(nb_path: Path, out_dir: Path, timeout: int) -> dict:
+    """Run one notebook in a fresh kernel (cwd = notebooks/) and save the executed copy."""
+    nb = nbformat.read(nb_path, as_version=4)
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                            resources={"metadata": {"path": str(NOTEBOOKS)}})
+    t0 = time.perf_counter()
+    status, error = "ok", ""
+    try:
+        client.execute()
+    except (CellExecutionError, CellTimeoutError) as e:
+        status, error = "failed", str(e).strip().splitlines()[-1][:300] if str(e).strip() else type(e).__name__
+    seconds = time.perf_counter() - t0
+    nbformat.write(nb, out_dir / nb_path.name)
+    return {"status": status, "seconds": round(seconds, 1), "error": error}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--profile", default="auto", help="smoke, full or auto (default: auto)")
+    ap.add_argument("--notebooks", default="*", help="glob of notebook names, e.g. '0[01]_*'")
+    ap.add_argument("--timeout", type=int, default=1800, help="seconds allowed per cell")
+    args = ap.parse_args(argv)
+    profile = profiles.resolve(args.profile)
+    os.environ[profiles.ENV_VAR] = profile  # the kernels inherit it
+    os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    build = paths.build_dir()
+    out_dir = build / "notebooks"
+    shutil.rmtree(paths.results_dir(), ignore_errors=True)  # the report shows this run only
+    out_dir.mkdir(parents=True, exist_ok=True)
+    nbs = notebook_paths(args.notebooks)
+    if not nbs:
+        print(f"no notebooks match {args.notebooks!r}", file=sys.stderr)
+        return 2
+    print(f"Running {len(nbs)} notebooks in the '{profile}' profile; executed copies -> {out_dir}")
+    log = {"profile": profile, "started": time.strftime("%Y-%m-%d %H:%M:%S"), "notebooks": {}}
+    bar = tqdm(nbs, unit="notebook")
+    for nb_path in bar:
+        bar.set_description(nb_path.stem)
+        res = execute(nb_path, out_dir, args.timeout)
+        log["notebooks"][nb_path.stem] = res
+        tqdm.write(f"  {nb_path.stem}: {res['status']} in {res['seconds']:.0f} s {res['error']}")
+        (build / "run.json").write_text(json.dumps(log, indent=1))
+    html_path = report.write(build)
+    failed = [n for n, r in log["notebooks"].items() if r["status"] != "ok"]
+    print(f"\nReport: {html_path}\n        {html_path.with_suffix('.md')}")
+    if failed:
+        print(f"{len(failed)} notebook(s) failed: {', '.join(failed)} (executed copies show where)")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""Honest timing: a d2l-style `Timer` and a `benchmark` that warms up, repeats and synchronises.
+
+GPU work is queued asynchronously: a wall-clock timer around `y = model(x)` on a GPU measures
+the time to *queue* the kernels, not to run them. Both tools here synchronise the device
+before reading the clock. `benchmark` is built on `torch.utils.benchmark.Timer`, whose clock
+synchronises the accelerator itself.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+import torch.utils.benchmark as tb
+
+from .devices import synchronize
+
+
+class Timer:
+    """Record several running times (d2l's `Timer`, plus device sync and a context manager).
+
+    >>> t = Timer()             # starts at once, like d2l's
+    >>> with t: work()          # or t.start(); work(); t.stop()
+    >>> t.avg(), t.sum(), t.cumsum()
+    """
+
+    def __init__(self, device: str | torch.device | None = None) -> None:
+        self.device = device
+        self.times: list[float] = []
+        self._tik: float | None = None
+        self.start()
+
+    def start(self) -> None:
+        synchronize(self.device)
+        self._tik = time.perf_counter()
+
+    def stop(self) -> float:
+        if self._tik is None:
+            raise RuntimeError("Timer.stop() called before start()")
+        synchronize(self.device)
+        self.times.append(time.perf_counter() - self._tik)
+        self._tik = None
+        return self.times[-1]
+
+    def __enter__(self) -> Timer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def avg(self) -> float:
+        return sum(self.times) / len(self.times) if self.times else 0.0
+
+    def sum(self) -> float:
+        return sum(self.times)
+
+    def cumsum(self) -> list[float]:
+        return np.array(self.times).cumsum().tolist()
+
+
+@dataclass
+class Measurement:
+    """Seconds per call: median of `n` repeats, with the interquartile range as the spread."""
+
+    label: str
+    median: float
+    iqr: float
+    mean: float
+    min: float
+    n: int
+    times: list[float]
+
+    def per_second(self, items: float) -> float:
+        """Throughput when one call processes `items` items (samples, bytes, ...)."""
+        return items / self.median
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        return f"{self.label}: {_fmt(self.median)} median (IQR {_fmt(self.iqr)}, n={self.n})"
+
+
+def _fmt(seconds: float) -> str:
+    if seconds >= 1:
+        return f"{seconds:.3f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds * 1e6:.1f} us"
+
+
+def benchmark(
+    fn: Callable[[], object],
+    *,
+    repeats: int = 5,
+    warmup: int = 1,
+    number: int = 1,
+    label: str | None = None,
+) -> Measurement:
+    """Time `fn()`: `warmup` untimed calls, then `repeats` timed runs of `number` calls each.
+
+    Returns seconds *per call*. Each timed run reads a clock that synchronises the GPU
+    (torch.utils.benchmark's default timer), so queued kernels are counted.
+    """
+    for name, value, low in (("repeats", repeats, 1), ("warmup", warmup, 0), ("number", number, 1)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise ValueError(f"benchmark: {name} must be an int >= {low}, got {value!r}")
+    if not callable(fn):
+        raise TypeError(f"benchmark: fn must be callable, got {type(fn).__name__}")
+    for _ in range(warmup):
+        fn()
+    synchronize()
+    timer = tb.Timer(stmt="fn()", globals={"fn": fn}, label=label or getattr(fn, "__name__", "fn"))
+    times = [timer.timeit(number).median for _ in range(repeats)]
+    q = statistics.quantiles(times, n=4) if len(times) >= 2 else [times[0]] * 3
+    return Measurement(
+        label=label or getattr(fn, "__name__", "fn"),
+        median=statistics.median(times),
+        iqr=q[2] - q[0],
+        mean=statistics.fmean(times),
+        min=min(times),
+        n=repeats,
+        times=times,
+    )
