@@ -18,7 +18,9 @@ from .results import load_all
 
 
 def _fmt(v: float) -> str:
-    return f"{v:.4g}" if isinstance(v, (int, float)) else str(v)
+    if not isinstance(v, (int, float)):
+        return str(v)
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
 
 
 def _hardware_line(hw: dict[str, Any]) -> str:
