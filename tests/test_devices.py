@@ -34,7 +34,7 @@ def test_as_device():
 
 def test_hardware_summary_has_what_the_report_needs():
     s = devices.hardware_summary()
-    for key in ("cpu", "cpu_cores_usable", "ram_gib", "gpus", "cuda_version", "cpu_bf16_hardware", "torch"):
+    for key in ("cpu", "cpu_cores_usable", "ram_gib", "gpus", "cuda_version", "cpu_bf16_instructions", "torch"):
         assert key in s
     assert s["cpu_cores_usable"] >= 1 and s["ram_gib"] > 0
     assert len(s["gpus"]) == torch.cuda.device_count()
