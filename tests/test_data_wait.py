@@ -31,3 +31,19 @@ def test_compute_bound_loop_is_diagnosed():
 def test_bad_sync_every():
     with pytest.raises(ValueError, match="sync_every"):
         DataWaitMeter([], sync_every=0)
+
+
+def test_skip_leaves_out_the_first_steps():
+    def source():
+        time.sleep(0.2)  # a slow first batch, like a DataLoader starting its workers
+        yield from range(4)
+
+    meter = DataWaitMeter(source())
+    for _ in meter:
+        time.sleep(0.01)
+    assert meter.summary()["wait_fraction"] > 0.5
+    steady = meter.summary(skip=1)
+    assert steady["steps"] == 3 and steady["wait_fraction"] < 0.2
+    assert steady["step_s"] == pytest.approx((steady["wait_s"] + steady["compute_s"]) / 3)
+    with pytest.raises(ValueError, match="skip must be an int >= 0"):
+        meter.summary(skip=-1)
