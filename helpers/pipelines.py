@@ -191,15 +191,19 @@ def make_loader(dataset: Dataset, *, batch_size: int, num_workers: int = 0, shuf
 
 
 def consume(batches: Iterable, device: str | torch.device | None = None,
-            limit: int | None = None) -> int:
+            limit: int | None = None, step_seconds: float = 0.0) -> int:
     """Pull every batch (moving it to `device` when given, as a training loop would); return
-    the number of samples. The device is synchronised at the end so copies are counted."""
+    the number of samples. The device is synchronised at the end so copies are counted.
+    `step_seconds` sleeps after each batch, a stand-in for a training step (workers then fill
+    their prefetch queues, as they do in training)."""
     n = 0
     dev = torch.device(device) if device is not None else None
     for i, (x, _y) in enumerate(batches):
         if dev is not None and x.device != dev:
             x = x.to(dev, non_blocking=True)
         n += len(x)
+        if step_seconds:
+            time.sleep(step_seconds)
         if limit is not None and i + 1 >= limit:
             break
     if dev is not None and dev.type == "cuda":

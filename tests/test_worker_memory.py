@@ -47,3 +47,20 @@ def test_arithmetic():
         wm.claimed_worker_megabytes(1.0, -1)
     with pytest.raises(ValueError, match="interval must be > 0"):
         wm.WorkerMemorySampler(interval=0)
+
+
+def test_added_memory_counts_a_child_once():
+    # a forked child touching 64 MB of its own adds ~64 MB in total, not a share of shared pages
+    p = mp.get_context("fork").Process(target=_hold, args=(64, 1.2))
+    with wm.WorkerMemorySampler(interval=0.05) as mem:
+        p.start()
+        time.sleep(1.0)
+    p.join()
+    assert 50 <= mem.summary()["added_mb"] <= 120
+
+
+def test_private_pss_of_this_process():
+    import os
+    value = wm.private_pss(os.getpid(), fallback=-1)
+    assert value == -1 or value > 0
+    assert wm.private_pss(10**9, fallback=-7) == -7
