@@ -24,7 +24,7 @@ def _rates(device: torch.device) -> tuple[float, float, int]:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     rate_a = {}
     with pipelines.intra_op_threads(1):  # as DataLoader workers run; see pipelines.intra_op_threads
-        for k in range(0, cores + 1):
+        for k in sorted({0, cores} | {2**i for i in range(8) if 2**i <= cores}):
             m = pipelines.time_loader(ds, batch_size=BATCH, num_workers=k, repeats=3,
                                       prefetch_factor=2 if k else None, device=device)
             rate_a[k] = m.per_second(N)
