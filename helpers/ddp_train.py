@@ -107,6 +107,36 @@ def reference_train(*, world: int, model: str = "mlp", batch: int = 32, steps_pe
     return net
 
 
+def single_process_step_times(*, threads: int, model: str = "mlp", batch: int = 32,
+                              steps: int = 5, warmup: int = 1, lr: float = 0.05,
+                              in_features: int = 256, hidden: int = 512, depth: int = 3,
+                              device: str | torch.device = "cpu", seed: int = 0) -> list[float]:
+    """Seconds per training step of the same model and step in THIS process, without DDP, with
+    `threads` intra-op threads: the baseline a DDP run must beat. Restores the thread count."""
+    if not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads must be an int >= 1; got {threads!r}")
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        device = torch.device(device)
+        torch.manual_seed(seed)
+        net = build_model(model, in_features=in_features, hidden=hidden, depth=depth).to(device)
+        opt = torch.optim.SGD(net.parameters(), lr=lr)
+        x, y = make_dataset(batch, in_features=in_features, seed=seed).tensors
+        x, y = x.to(device), y.to(device)
+        times = []
+        for i in range(warmup + steps):
+            _sync(device)
+            t0 = time.perf_counter()
+            train_step(net, opt, x, y)
+            _sync(device)
+            if i >= warmup:
+                times.append(time.perf_counter() - t0)
+        return times
+    finally:
+        torch.set_num_threads(before)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", choices=MODELS, default="mlp")
@@ -124,6 +154,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--init-timeout", type=float, default=60.0, help="seconds")
     p.add_argument("--out", default=None, help="folder for rank<r>.json results")
     p.add_argument("--checkpoint", action="store_true", help="rank 0 saves checkpoint.pt")
+    p.add_argument("--sync-bn", action="store_true",
+                   help="convert BatchNorm to SyncBatchNorm (statistics over the global batch; "
+                        "PyTorch supports it on GPUs only)")
     p.add_argument("--fail-rank", type=int, default=-1, help="this rank raises (failure demo)")
     p.add_argument("--fail-step", type=int, default=1)
     a = p.parse_args(argv)
@@ -180,6 +213,8 @@ def _train(a: argparse.Namespace, rank: int, world: int, local_rank: int,
     torch.manual_seed(a.seed)  # same initial weights everywhere (DDP also broadcasts rank 0's)
     model = build_model(a.model, in_features=a.in_features, hidden=a.hidden,
                         depth=a.depth).to(device)
+    if a.sync_bn:
+        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     net = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
     opt = torch.optim.SGD(net.parameters(), lr=a.lr)
     ds = make_dataset(a.steps_per_epoch * a.batch * world, in_features=a.in_features,
@@ -213,7 +248,7 @@ def _train(a: argparse.Namespace, rank: int, world: int, local_rank: int,
     if a.checkpoint and rank == 0 and out:  # one writer: rank 0, the unwrapped module
         torch.save({"model": net.module.state_dict(), "step": step}, out / "checkpoint.pt")
         log(f"rank 0 saved {out / 'checkpoint.pt'}", flush=True)
-    bn = [m for m in net.module.modules() if isinstance(m, nn.BatchNorm1d)]
+    bn = [m for m in net.module.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
     result = {
         "rank": rank, "world": world, "backend": backend, "device": str(device),
         "threads": a.threads, "batch": a.batch, "steps": step, "timed_steps": timed,

@@ -178,41 +178,52 @@ def torchrun_command(module: str, args: list[str] | tuple[str, ...], *, nnodes: 
 
 def launch_torchrun_nodes(module: str = "helpers.ddp_train",
                           args: list[str] | tuple[str, ...] = (), *, nnodes: int = 2,
-                          nproc_per_node: int = 1, threads: int = 1, timeout: float = 180,
+                          nproc_per_node: int | list[int] = 1, threads: int = 1,
+                          timeout: float = 180,
                           init_timeout: float = 60, host: str = "127.0.0.1",
                           stream: bool = True) -> LaunchResult:
     """Start `nnodes` torchrun agents on this machine, each pretending to be one machine, that
     meet at a c10d rendezvous on `host` (loopback) and run `module` together. On real machines
     each would run the same `torchrun_command` with `--rdzv-endpoint` = the first node's address.
+    `nproc_per_node` may be a list (one entry per node): nodes need not be alike.
     """
     _check_int("nnodes", nnodes, 1)
-    _check_int("nproc_per_node", nproc_per_node, 1)
+    per_node = nproc_per_node if isinstance(nproc_per_node, list) else [nproc_per_node] * nnodes
+    if len(per_node) != nnodes:
+        raise ValueError(f"nproc_per_node: give one count per node ({nnodes}); got {per_node}")
+    for n in per_node:
+        _check_int("nproc_per_node", n, 1)
     _check_int("threads", threads, 1)
     _check_seconds("timeout", timeout)
     _check_seconds("init_timeout", init_timeout)
-    backend = resolve_backend("auto", nproc_per_node)
+    backend = resolve_backend("auto", sum(per_node))  # nccl: one GPU per worker, all nodes
     port = free_port(host)
     out = Path(tempfile.mkdtemp(prefix="torchrun_", dir=_runs_dir()))
     rdzv_id = f"ftg{port}"
     full_args = [*map(str, args), "--backend", backend, "--threads", str(threads),
                  "--out", str(out), "--init-timeout", str(init_timeout)]
-    cmd = torchrun_command(module, full_args, nnodes=nnodes, nproc_per_node=nproc_per_node,
-                           endpoint=f"{host}:{port}", rdzv_id=rdzv_id, python=sys.executable)
-    envs = []
-    for _ in range(nnodes):
+    cmds = [torchrun_command(module, full_args, nnodes=nnodes, nproc_per_node=n,
+                             endpoint=f"{host}:{port}", rdzv_id=rdzv_id, python=sys.executable)
+            for n in per_node]
+    envs, first_gpu = [], 0
+    for n in per_node:
         env = _base_env(threads)
         env.setdefault("LOGLEVEL", "WARNING")
+        if backend == "nccl":  # "nodes" on one machine must not share GPUs: give each its own
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in range(first_gpu, first_gpu + n))
+            first_gpu += n
         envs.append(env)
     if stream:
-        print(f"[launch] {nnodes} torchrun node(s) x {nproc_per_node} process(es), "
+        print(f"[launch] {nnodes} torchrun node(s) with {per_node} process(es), "
               f"c10d rendezvous {host}:{port} (id {rdzv_id}), backend={backend}")
-        print("[launch] each node runs: " + " ".join(
-            ["torchrun", *cmd[3:]]).replace(str(out), "<out>"))
+        for i, cmd in enumerate(cmds):
+            print(f"[launch] node {i} runs: " + " ".join(
+                ["torchrun", *cmd[3:]]).replace(str(out), "<out>"))
     t0 = time.perf_counter()
-    codes, outputs, pids = run_processes([cmd] * nnodes, envs, timeout=timeout, stream=stream,
+    codes, outputs, pids = run_processes(cmds, envs, timeout=timeout, stream=stream,
                                          labels=[f"node {n}" for n in range(nnodes)],
                                          error_dir=out)
-    return LaunchResult(nprocs=nnodes * nproc_per_node, backend=backend, port=port,
+    return LaunchResult(nprocs=sum(per_node), backend=backend, port=port,
                         seconds=time.perf_counter() - t0, results=read_results(out),
                         outputs=outputs, returncodes=codes, pids=pids, out_dir=str(out))
 
