@@ -7,8 +7,6 @@ gradient all-reduce (gloo over loopback) and the shared memory bandwidth take th
 
 from __future__ import annotations
 
-import statistics
-
 import pytest
 
 from helpers import launch

@@ -137,7 +137,7 @@ def _run(a: argparse.Namespace, rank: int, out: Path | None) -> int:
 
     result: dict = {"rank": rank, "backend": backend, "device": str(device),
                     "batch": a.batch, "threads": a.threads, "schedule": {}}
-    # 1) the whole step of this stage alone, no communication: each stage's compute time
+    # 1) one step of this stage's forward + backward alone, no communication
     h = torch.randn(a.batch, a.hidden, device=device)
 
     def local_step() -> None:
@@ -145,7 +145,12 @@ def _run(a: argparse.Namespace, rank: int, out: Path | None) -> int:
         o = part(inp)
         (o.float().pow(2).mean() if rank == 0 else loss_fn(o, y)).backward()
 
-    result["stage_compute_s"] = _median_time(local_step, a.repeats, sync=lambda: None)
+    # measured one rank at a time, so each has the machine to itself (on a CPU they share cores)
+    for r in range(2):
+        sync()
+        if rank == r:
+            result["stage_compute_s"] = _median_time(local_step, a.repeats, sync=lambda: None)
+        sync()
     # 2) the hand-off: send the activation (forward) and its gradient (backward) once each
     buf = torch.empty(a.batch, a.hidden, device=device)
 

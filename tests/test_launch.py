@@ -131,3 +131,19 @@ def test_torchrun_command_names_a_c10d_rendezvous():
     for part in ("--nnodes=2", "--nproc-per-node=4", "--rdzv-backend=c10d",
                  "--rdzv-endpoint=10.0.0.1:29500", "--rdzv-id=job1", "-m helpers.ddp_train"):
         assert part in s
+
+
+def test_torchrun_nodes_refuse_a_wrong_node_list():
+    with pytest.raises(ValueError, match="one count per node"):
+        launch.launch_torchrun_nodes("helpers.ddp_train", SMALL, nnodes=2, nproc_per_node=[1])
+    with pytest.raises(ValueError, match="nproc_per_node"):
+        launch.launch_torchrun_nodes("helpers.ddp_train", SMALL, nnodes=2, nproc_per_node=[1, 0])
+
+
+def test_two_torchrun_nodes_meet_at_a_c10d_rendezvous():
+    r = launch.launch_torchrun_nodes("helpers.ddp_train", [*SMALL, "--steps-per-epoch", "2"],
+                                     nnodes=2, nproc_per_node=[2, 1], stream=False, timeout=150)
+    assert sorted(r.results) == [0, 1, 2]
+    assert {res["world"] for res in r.results.values()} == {3}
+    assert len({res["checksum"] for res in r.results.values()}) == 1
+    _no_children_left(r.pids)
