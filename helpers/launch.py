@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import shutil
 import signal
 import socket
 import subprocess
@@ -239,9 +240,16 @@ def read_results(out: str | Path) -> dict[int, dict[str, Any]]:
     return dict(sorted(res.items()))
 
 
+KEEP_RUNS = 20
+
+
 def _runs_dir() -> Path:
+    """`build/ddp_runs`, keeping only the newest KEEP_RUNS run folders (checkpoints add up)."""
     d = paths.build_dir() / "ddp_runs"
     d.mkdir(parents=True, exist_ok=True)
+    runs = sorted((p for p in d.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime)
+    for old in runs[:-KEEP_RUNS]:
+        shutil.rmtree(old, ignore_errors=True)
     return d
 
 

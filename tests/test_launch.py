@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -147,3 +148,14 @@ def test_two_torchrun_nodes_meet_at_a_c10d_rendezvous():
     assert {res["world"] for res in r.results.values()} == {3}
     assert len({res["checksum"] for res in r.results.values()}) == 1
     _no_children_left(r.pids)
+
+
+def test_old_run_folders_are_pruned(monkeypatch, tmp_path):
+    monkeypatch.setenv("FTG_BUILD_DIR", str(tmp_path))
+    runs = tmp_path / "ddp_runs"
+    for i in range(launch.KEEP_RUNS + 5):
+        (runs / f"run{i:02d}").mkdir(parents=True)
+        os.utime(runs / f"run{i:02d}", (1000 + i, 1000 + i))
+    launch._runs_dir()
+    left = sorted(p.name for p in runs.iterdir())
+    assert len(left) == launch.KEEP_RUNS and left[0] == "run05"
