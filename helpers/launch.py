@@ -43,8 +43,9 @@ class LaunchError(RuntimeError):
 
     def __init__(self, message: str, *, failed_rank: int | None, traceback: str,
                  outputs: dict[int, list[str]], returncodes: dict[int, int | None],
-                 pids: list[int]) -> None:
+                 pids: list[int], stop_seconds: float = float("nan")) -> None:
         super().__init__(message)
+        self.stop_seconds = stop_seconds  # from noticing the failure to every process gone
         self.failed_rank = failed_rank
         self.traceback = traceback
         self.outputs = outputs
@@ -325,6 +326,7 @@ def run_processes(cmds: list[list[str]], envs: list[dict[str, str]], *, timeout:
     open_pipes = len(cmds)
     failed: int | None = None
     timed_out = False
+    t_noticed = float("nan")
     try:
         for i, (cmd, env) in enumerate(zip(cmds, envs, strict=True)):
             p = subprocess.Popen(cmd, env=env, cwd=str(REPO_ROOT), stdout=subprocess.PIPE,
@@ -347,9 +349,11 @@ def run_processes(cmds: list[list[str]], envs: list[dict[str, str]], *, timeout:
             bad = [i for i, p in enumerate(procs) if p.poll() not in (None, 0)]
             if bad:
                 failed = bad[0]
+                t_noticed = time.monotonic()
                 break
             if time.monotonic() > deadline:
                 timed_out = True
+                t_noticed = time.monotonic()
                 break
         if failed is not None:
             # let the other ranks notice and record their own errors, briefly, then stop them
@@ -358,6 +362,7 @@ def run_processes(cmds: list[list[str]], envs: list[dict[str, str]], *, timeout:
                 time.sleep(0.05)
     finally:
         _stop_all(procs)
+        stop_seconds = time.monotonic() - t_noticed
         # drain what is left in the pipes so the traceback is complete
         end = time.monotonic() + 2
         while open_pipes and time.monotonic() < end:
@@ -386,4 +391,4 @@ def run_processes(cmds: list[list[str]], envs: list[dict[str, str]], *, timeout:
                f"all {len(procs)} processes were stopped")
     raise LaunchError(msg + (f"\n--- traceback of rank {rank} ---\n{tb}" if tb else ""),
                       failed_rank=rank, traceback=tb, outputs=outputs, returncodes=codes,
-                      pids=pids)
+                      pids=pids, stop_seconds=stop_seconds)

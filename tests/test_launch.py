@@ -83,6 +83,7 @@ def test_failing_rank_stops_everyone_and_shows_its_traceback():
     assert "deliberate failure" in e.traceback and "Traceback" in e.traceback
     assert "rank 1" in str(e)
     assert took < 45, f"failure took {took:.0f} s to end the run"
+    assert e.stop_seconds < 10, f"stopping the other ranks took {e.stop_seconds:.1f} s"
     _no_children_left(e.pids)
 
 
