@@ -85,3 +85,10 @@ def test_accuracy_runs_for_both_recipes(tiny):
 def test_build_net_is_reproducible():
     a, b = capstone.build_net(4, seed=3), capstone.build_net(4, seed=3)
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters(), strict=True))
+
+
+def test_epoch_batches_drop_last_gives_one_shape(tiny):
+    b = capstone.EpochBatches(tiny.x_train, tiny.y_train, 40, mode="device",
+                              device=torch.device("cpu"), drop_last=True)
+    shapes = {x.shape[0] for x, _ in b}
+    assert shapes == {40} and len(b) == 2
