@@ -311,7 +311,7 @@ def measure(recipe: Recipe, d: CapstoneData, *, device: torch.device | str, widt
                               num_epochs=epochs, num_workers=num_workers, max_batches=max_batches,
                               seed=seed)
         secs, samples = out["seconds"][-1], out["samples"][-1]
-        ref_net = out["net"]
+        ref_net = out["net"].module if isinstance(out["net"], nn.DataParallel) else out["net"]
 
         def more() -> None:
             train_reference(ref_net, d.train_ds, None, batch_size=recipe.batch_size, lr=recipe.lr,

@@ -112,10 +112,19 @@ def _cpu_operator_fraction(prof: profile) -> float:
 
 
 def _device_kernel_seconds(prof: profile) -> float:
-    total_us = 0.0
-    for e in prof.key_averages():
-        total_us += getattr(e, "self_device_time_total", 0.0) or getattr(e, "self_cuda_time_total", 0.0)
-    return total_us / 1e6
+    """Kernel (and copy) time on the GPU, averaged over the GPUs that ran anything.
+
+    Only events whose device type is CUDA count: CPU operators also carry the time of the
+    kernels they launched, so summing every row would count each kernel twice (the same rule
+    as the profiler's own table footer).
+    """
+    per_device: dict[int, float] = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA and not getattr(e, "is_user_annotation", False):
+            per_device[e.device_index] = per_device.get(e.device_index, 0.0) + e.self_device_time_total
+    if not per_device:
+        return 0.0
+    return sum(per_device.values()) / len(per_device) / 1e6
 
 
 def profile_loop(step: Callable[..., Any], batches: Iterable, *, device: str | torch.device | None = None,
