@@ -143,3 +143,51 @@ def to_device_once(x_uint8: torch.Tensor, y: torch.Tensor,
     x_uint8 = _check_uint8_batch(x_uint8, "x_uint8")
     dev = as_device(device)
     return x_uint8.to(dev), y.to(dev)
+
+
+def find_crop(out: torch.Tensor, x: torch.Tensor, augment: DeviceAugment,
+              atol: float = 1e-4) -> tuple[int, int, bool] | None:
+    """Which (row offset, column offset, flipped) of the padded `x` (C, H, W, uint8) gives the
+    augmented image `out` (C, k, k)? None when no crop matches - a check of `DeviceAugment`
+    against the definition, one candidate at a time (slow; for tests and asserts)."""
+    ref = DeviceAugment(pad=0, crop=x.shape[-1], flip=False,
+                        mean=None if augment.mean is None else augment.mean.tolist(),
+                        std=None if augment.std is None else augment.std.tolist())
+    p, k = augment.pad, augment.crop
+    # Pad the *uint8* image with zeros first, then normalise, exactly as DeviceAugment does.
+    xp = F.pad(x.unsqueeze(0), (p, p, p, p))
+    ref.crop = xp.shape[-1]
+    full = ref(xp)[0].to(out.device)
+    for dy in range(xp.shape[-2] - k + 1):
+        for dx in range(xp.shape[-1] - k + 1):
+            cand = full[:, dy:dy + k, dx:dx + k]
+            if torch.allclose(cand, out, atol=atol):
+                return dy, dx, False
+            if augment.flip and torch.allclose(cand.flip(-1), out, atol=atol):
+                return dy, dx, True
+    return None
+
+
+class DeviceLoader:
+    """A re-iterable `device_batches`: each `iter()` is one more epoch, with a new shuffle
+    (seed + epoch number). Moves the data to `device` once, here. Use it where a DataLoader was."""
+
+    def __init__(self, x_uint8: torch.Tensor, y: torch.Tensor, batch_size: int,
+                 augment: DeviceAugment | None = None, device: str | torch.device | None = None,
+                 shuffle: bool = True, seed: int = 0, drop_last: bool = False) -> None:
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        self.x, self.y = to_device_once(x_uint8, y, device)
+        self.device = self.x.device
+        self.batch_size, self.augment, self.shuffle = batch_size, augment, shuffle
+        self.seed, self.drop_last, self.epoch = seed, drop_last, 0
+
+    def __len__(self) -> int:
+        n = len(self.x)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        seed = self.seed + self.epoch
+        self.epoch += 1
+        return device_batches(self.x, self.y, self.batch_size, self.augment, self.device,
+                              shuffle=self.shuffle, seed=seed, drop_last=self.drop_last)

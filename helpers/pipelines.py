@@ -14,11 +14,12 @@ parameter and the allowed values.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import multiprocessing as mp
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -111,7 +112,8 @@ def image_folder(root: str | Path, transform=None) -> torchvision.datasets.Image
         raise FileNotFoundError(
             f"root: the image folder {str(root)!r} does not exist (or is not a directory); "
             "write one with helpers.pipelines.prepare_image_folder()")
-    return torchvision.datasets.ImageFolder(str(root), transform=transform)
+    # allow_empty: a small sample may miss a class; the folder for it still fixes the label ids
+    return torchvision.datasets.ImageFolder(str(root), transform=transform, allow_empty=True)
 
 
 class PerSampleTensorDataset(Dataset):
@@ -276,6 +278,25 @@ def time_loader(dataset: Dataset, *, batch_size: int, repeats: int = 3, warmup: 
                            label=label or f"workers={loader_kwargs.get('num_workers', 0)}")
     finally:
         shutdown(loader)
+
+
+@contextlib.contextmanager
+def intra_op_threads(n: int) -> Iterator[None]:
+    """Run the block with `n` PyTorch intra-op threads, then restore the previous count.
+
+    Input pipelines work on small tensors: splitting a 400 kB copy across threads costs more
+    than it saves, and on a busy machine waiting threads can make it ~100x slower. DataLoader
+    workers run with one thread for this reason; `intra_op_threads(1)` gives the main process
+    the same conditions when it does the input work itself.
+    """
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"intra_op_threads: n must be an int >= 1, got {n!r}")
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def shutdown(loader: DataLoader) -> None:
