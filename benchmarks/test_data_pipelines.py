@@ -12,7 +12,7 @@ import os
 import pytest
 import torch
 
-from helpers import data, device_augment, devices, pipelines
+from helpers import data, device_augment, devices, pipelines, threads
 
 N = 2048
 BATCH = 128
@@ -23,7 +23,7 @@ def _rates(device: torch.device) -> tuple[float, float, int]:
     ds = pipelines.image_folder(root, transform=pipelines.cifar_train_transform())
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     rate_a = {}
-    with pipelines.intra_op_threads(1):  # as DataLoader workers run; see pipelines.intra_op_threads
+    with threads.cpu_threads(1):  # input work runs on one thread, as in DataLoader workers
         for k in sorted({0, cores} | {2**i for i in range(8) if 2**i <= cores}):
             m = pipelines.time_loader(ds, batch_size=BATCH, num_workers=k, repeats=3,
                                       prefetch_factor=2 if k else None, device=device)

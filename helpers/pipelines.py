@@ -14,12 +14,11 @@ parameter and the allowed values.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import multiprocessing as mp
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -282,25 +281,6 @@ def time_loader(dataset: Dataset, *, batch_size: int, repeats: int = 3, warmup: 
                            label=label or f"workers={loader_kwargs.get('num_workers', 0)}")
     finally:
         shutdown(loader)
-
-
-@contextlib.contextmanager
-def intra_op_threads(n: int) -> Iterator[None]:
-    """Run the block with `n` PyTorch intra-op threads, then restore the previous count.
-
-    Input pipelines work on small tensors: splitting a 400 kB copy across threads costs more
-    than it saves, and on a busy machine waiting threads can make it ~100x slower. DataLoader
-    workers run with one thread for this reason; `intra_op_threads(1)` gives the main process
-    the same conditions when it does the input work itself.
-    """
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"intra_op_threads: n must be an int >= 1, got {n!r}")
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def shutdown(loader: DataLoader) -> None:

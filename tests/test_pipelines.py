@@ -141,16 +141,6 @@ def test_reencode_jpeg_is_lossy_but_close():
         pipelines.reencode_jpeg(x, quality=0)
 
 
-def test_intra_op_threads_restores():
-    before = torch.get_num_threads()
-    with pipelines.intra_op_threads(1):
-        assert torch.get_num_threads() == 1
-    assert torch.get_num_threads() == before
-    with pytest.raises(ValueError, match="n must be an int >= 1"):
-        with pipelines.intra_op_threads(0):
-            pass
-
-
 def test_time_epochs_counts_calls():
     calls = []
     m = pipelines.time_epochs(lambda: calls.append(1), repeats=3, warmup=2)
