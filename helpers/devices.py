@@ -64,7 +64,9 @@ def synchronize(device: str | torch.device | None = None) -> None:
 
 
 def bf16_supported(device: str | torch.device = "cpu") -> bool:
-    """True when `device` has bf16 *hardware* (a CPU can emulate bf16, but slowly)."""
+    """True when `device` advertises bf16 arithmetic (GPU: native support; CPU: the avx512_bf16
+    or amx_bf16 instruction flags). Whether PyTorch's kernels actually run faster in bf16 on a
+    given CPU is another matter: notebook 07 measures it instead of trusting the flag."""
     dev = torch.device(device)
     if dev.type == "cuda":
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
@@ -115,7 +117,7 @@ def hardware_summary() -> dict[str, Any]:
         "cpu_cores_physical": psutil.cpu_count(logical=False),
         "cpu_cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "ram_gib": round(psutil.virtual_memory().total / 2**30, 1),
-        "cpu_bf16_hardware": bf16_supported("cpu"),
+        "cpu_bf16_instructions": bf16_supported("cpu"),
         "torch_threads": torch.get_num_threads(),
         "gpus": gpus,
         "cuda_available": torch.cuda.is_available(),
@@ -133,7 +135,8 @@ def describe_hardware(summary: dict[str, Any] | None = None) -> str:
     lines = [
         f"CPU   : {s['cpu']} ({s['cpu_cores_usable']} usable cores, {s['cpu_cores_logical']} logical)",
         f"RAM   : {s['ram_gib']} GiB",
-        f"bf16  : CPU hardware support = {s['cpu_bf16_hardware']}",
+        f"bf16  : CPU advertises bf16 instructions = {s['cpu_bf16_instructions']} "
+        "(whether that makes training faster is measured, not assumed: notebook 07)",
         f"torch : {s['torch']} (CUDA build {s['cuda_version']}), {s['torch_threads']} intra-op threads",
     ]
     if s["gpus"]:

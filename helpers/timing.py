@@ -86,6 +86,12 @@ class Measurement:
         return f"{self.label}: {_fmt(self.median)} median (IQR {_fmt(self.iqr)}, n={self.n})"
 
 
+def _synced_clock() -> float:
+    """The clock `benchmark` reads: synchronise the GPU first, so queued kernels are counted."""
+    synchronize()
+    return time.perf_counter()
+
+
 def _fmt(seconds: float) -> str:
     if seconds >= 1:
         return f"{seconds:.3f} s"
@@ -104,8 +110,8 @@ def benchmark(
 ) -> Measurement:
     """Time `fn()`: `warmup` untimed calls, then `repeats` timed runs of `number` calls each.
 
-    Returns seconds *per call*. Each timed run reads a clock that synchronises the GPU
-    (torch.utils.benchmark's default timer), so queued kernels are counted.
+    Returns seconds *per call*. Each timed run reads a clock that synchronises the GPU before
+    reading the time (like torch.utils.benchmark's own default), so queued kernels are counted.
     """
     for name, value, low in (("repeats", repeats, 1), ("warmup", warmup, 0), ("number", number, 1)):
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
@@ -115,7 +121,8 @@ def benchmark(
     for _ in range(warmup):
         fn()
     synchronize()
-    timer = tb.Timer(stmt="fn()", globals={"fn": fn}, label=label or getattr(fn, "__name__", "fn"))
+    timer = tb.Timer(stmt="fn()", globals={"fn": fn}, timer=_synced_clock,
+                     label=label or getattr(fn, "__name__", "fn"))
     times = [timer.timeit(number).median for _ in range(repeats)]
     q = statistics.quantiles(times, n=4) if len(times) >= 2 else [times[0]] * 3
     return Measurement(

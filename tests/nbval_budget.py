@@ -8,13 +8,14 @@ catalog marks with `skip_reason` is skipped with that reason, never silently.
 
 from __future__ import annotations
 
+import os
 import tomllib
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
-CATALOG = Path(__file__).resolve().parents[1] / "notebooks" / "catalog.toml"
+CATALOG = Path(os.environ.get("FTG_CATALOG", Path(__file__).resolve().parents[1] / "notebooks" / "catalog.toml"))
 _durations: dict[str, float] = defaultdict(float)
 
 

@@ -1,0 +1,42 @@
+import matplotlib.pyplot as plt
+import pytest
+
+from helpers.plotting import LivePlot, bar_compare, waterfall
+
+
+def _texts(fig):
+    return [t.get_text() for ax in fig.axes for t in ax.texts]
+
+
+def test_bar_compare_labels_ratio_to_baseline():
+    fig = bar_compare(["base", "fast"], [100.0, 250.0], unit="samples/s")
+    assert _texts(fig) == ["1.00x", "2.50x"]
+    fig = bar_compare(["base", "fast"], [2.0, 0.5], unit="s", higher_is_better=False)
+    assert _texts(fig) == ["1.00x", "4.00x"]
+    plt.close("all")
+
+
+def test_bar_compare_bad_input():
+    with pytest.raises(ValueError, match="same length"):
+        bar_compare(["a"], [1, 2], unit="s")
+    with pytest.raises(ValueError, match="baseline must index"):
+        bar_compare(["a"], [1], unit="s", baseline=3)
+
+
+def test_waterfall_cumulative_speedups():
+    fig = waterfall([("reference", 12.0), ("in memory", 6.0), ("bf16", 3.0)])
+    texts = _texts(fig)
+    assert texts[0].endswith("1.00x") and texts[2].endswith("4.00x")
+    with pytest.raises(ValueError, match="positive"):
+        waterfall([("a", 0.0)])
+    plt.close("all")
+
+
+def test_live_plot_headless():
+    lp = LivePlot(["loss", "acc"])
+    lp.add(1, {"loss": 1.0, "acc": 0.5})
+    lp.add(2, [0.5, 0.7])
+    assert lp.ys["loss"] == [1.0, 0.5] and len(lp.ax.lines) == 2
+    with pytest.raises(ValueError, match="unknown curve"):
+        lp.add(3, {"lr": 0.1})
+    plt.close("all")

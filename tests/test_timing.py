@@ -1,0 +1,94 @@
+import threading
+import time
+
+import pytest
+import torch
+
+import helpers.timing as timing
+from helpers.timing import Timer, benchmark
+
+
+def test_benchmark_measures_a_known_sleep():
+    m = benchmark(lambda: time.sleep(0.05), repeats=5, warmup=1)
+    assert m.n == 5 and len(m.times) == 5
+    assert 0.045 <= m.median <= 0.09
+    assert m.min <= m.median and m.iqr >= 0
+    assert m.per_second(10) == pytest.approx(10 / m.median)
+
+
+def test_benchmark_number_gives_per_call_time():
+    m = benchmark(lambda: time.sleep(0.01), repeats=3, warmup=0, number=4)
+    assert 0.009 <= m.median <= 0.03
+
+
+class _FakeAsyncDevice:
+    """Work 'queued' by fn finishes on another thread; synchronize() waits for it, like CUDA."""
+
+    def __init__(self):
+        self.pending: list[threading.Thread] = []
+
+    def launch(self, seconds):
+        t = threading.Thread(target=time.sleep, args=(seconds,))
+        t.start()
+        self.pending.append(t)  # returns at once, as a kernel launch does
+
+    def synchronize(self, *_):
+        for t in self.pending:
+            t.join()
+        self.pending.clear()
+
+
+def test_benchmark_waits_for_queued_work(monkeypatch):
+    dev = _FakeAsyncDevice()
+    monkeypatch.setattr(timing, "synchronize", dev.synchronize)
+    m = benchmark(lambda: dev.launch(0.05), repeats=3, warmup=1)
+    assert m.median >= 0.045, "an unsynchronised clock would read ~0 s here"
+
+
+def test_timer_waits_for_queued_work(monkeypatch):
+    dev = _FakeAsyncDevice()
+    monkeypatch.setattr(timing, "synchronize", dev.synchronize)
+    t = Timer()
+    with t:
+        dev.launch(0.05)
+    assert t.times[-1] >= 0.045
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (none on this machine)")
+def test_gpu_op_is_not_under_timed():
+    a = torch.randn(4096, 4096, device="cuda")
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(20):
+        a @ a
+    end.record()
+    torch.cuda.synchronize()
+    event_s = start.elapsed_time(end) / 1000
+    m = benchmark(lambda: [a @ a for _ in range(20)], repeats=3)
+    assert m.median >= 0.8 * event_s
+
+
+def test_timer_like_d2l():
+    t = Timer()
+    for s in (0.01, 0.02):
+        t.start()
+        time.sleep(s)
+        t.stop()
+    assert len(t.times) == 2
+    assert t.sum() == pytest.approx(sum(t.times))
+    assert t.avg() == pytest.approx(t.sum() / 2)
+    assert t.cumsum()[-1] == pytest.approx(t.sum())
+    assert 0.009 <= t.times[0] <= 0.05
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="repeats"):
+        benchmark(lambda: None, repeats=0)
+    with pytest.raises(ValueError, match="warmup"):
+        benchmark(lambda: None, warmup=-1)
+    with pytest.raises(TypeError, match="callable"):
+        benchmark(42)
+    t = Timer()
+    t.stop()
+    with pytest.raises(RuntimeError, match="before start"):
+        t.stop()
