@@ -92,3 +92,21 @@ def test_bad_input():
     t.stop()
     with pytest.raises(RuntimeError, match="before start"):
         t.stop()
+
+
+def test_benchmark_calls_fn_exactly_warmup_plus_repeats_times_number():
+    calls = []
+    benchmark(lambda: calls.append(1), repeats=3, warmup=2, number=4)
+    assert len(calls) == 2 + 3 * 4  # no hidden extra warm-up calls inside timed runs
+
+
+def test_benchmark_keeps_the_thread_count():
+    seen = []
+    before = torch.get_num_threads()
+    benchmark(lambda: seen.append(torch.get_num_threads()), repeats=2, warmup=0)
+    assert set(seen) == {before}
+
+
+def test_micro_benchmark_uses_this_process_threads():
+    m = timing.micro_benchmark("x + 1", {"x": torch.ones(10)}, min_run_time=0.05)
+    assert m.median > 0 and m.task_spec.num_threads == torch.get_num_threads()
