@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
+from tqdm.auto import tqdm
 
 _OOM_WORDS = ("out of memory", "not enough memory", "can't allocate memory", "failed to allocate")
 
@@ -55,13 +56,14 @@ class BatchSearch:
 
 def largest_batch(try_batch: Callable[[int], int | None], *, start: int = 1,
                   max_batch: int = 65536, budget_bytes: int | None = None,
-                  multiple_of: int = 1) -> BatchSearch:
+                  multiple_of: int = 1, progress: bool = False) -> BatchSearch:
     """Largest batch size `b` in [start, max_batch] for which `try_batch(b)` fits.
 
     `try_batch(b)` runs one step at batch size `b` and returns the bytes it needed (or None);
     it fits unless it raises an out-of-memory error or returns more than `budget_bytes`. Other
     errors propagate. Search: double from `start`, then bisect between the last batch that fit
     and the first that did not, down to `multiple_of`. Assumes memory grows with the batch.
+    `progress=True` shows a `tqdm.auto` bar, one tick per try (a search can take many seconds).
     """
     for name, v in (("start", start), ("max_batch", max_batch), ("multiple_of", multiple_of)):
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -72,10 +74,22 @@ def largest_batch(try_batch: Callable[[int], int | None], *, start: int = 1,
         raise ValueError(f"largest_batch: budget_bytes must be a positive number or None, got {budget_bytes!r}")
     if not callable(try_batch):
         raise TypeError("largest_batch: try_batch must be a callable batch_size -> bytes")
+    if not isinstance(progress, bool):
+        raise ValueError(f"largest_batch: progress must be True or False, got {progress!r}")
+    bar = tqdm(desc="batch search", unit="try", disable=not progress, leave=False)
+    try:
+        return _search(try_batch, start, max_batch, budget_bytes, multiple_of, bar)
+    finally:
+        bar.close()
 
+
+def _search(try_batch: Callable[[int], int | None], start: int, max_batch: int,
+            budget_bytes: int | None, multiple_of: int, bar: tqdm) -> BatchSearch:
     result = BatchSearch(batch_size=0)
 
     def fits(bs: int) -> bool:
+        bar.set_postfix(batch=bs)
+        bar.update()
         try:
             used = try_batch(bs)
         except (torch.OutOfMemoryError, RuntimeError) as e:

@@ -34,6 +34,15 @@ def test_multiple_of_and_max_batch():
     assert capped.batch_size == 100
 
 
+def test_progress_bar_counts_every_try_and_changes_nothing(capsys):
+    calls: list[int] = []
+    found = batch_finder.largest_batch(_oom_above(300, calls), start=1, max_batch=4096, progress=True)
+    assert found.batch_size == 300 and len(found.tried) == len(calls)
+    assert "batch search" in capsys.readouterr().err  # the bar was drawn (on stderr)
+    quiet = batch_finder.largest_batch(_oom_above(300, []), start=1, max_batch=4096)
+    assert quiet.batch_size == 300 and "batch search" not in capsys.readouterr().err
+
+
 def test_budget_counts_as_not_fitting():
     found = batch_finder.largest_batch(lambda bs: bs * 1000, start=1, budget_bytes=50_000,
                                        max_batch=1024)
@@ -60,6 +69,7 @@ def test_other_errors_propagate():
     ({"start": 8, "max_batch": 4}, "max_batch .* must be >= start"),
     ({"multiple_of": 0}, "multiple_of"),
     ({"budget_bytes": -1}, "budget_bytes must be a positive number"),
+    ({"progress": "yes"}, "progress must be True or False"),
 ])
 def test_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
