@@ -35,6 +35,7 @@ from torch.utils.data import DataLoader
 from torchvision import transforms
 
 from helpers import (
+    catalog,
     data,
     data_wait,
     devices,
@@ -241,6 +242,11 @@ CASES = [
     case(suite.notebook_paths, ValueError, r"pattern must be a glob of notebook names .* got ''", ""),
     case(suite.execute, ValueError, r"timeout must be a positive int \(seconds per cell\), got 0", Path("x.ipynb"), Path("out"), 0),
     case(suite.execute, FileNotFoundError, r"nb_path .*missing.ipynb is not a notebook file", Path("/nonexistent/missing.ipynb"), Path("out"), 10),
+    # --- catalog ---------------------------------------------------------------------------
+    case(catalog.load, FileNotFoundError, r"catalog: path .*nothere.toml is not a file", "/nonexistent/nothere.toml"),
+    case(catalog.runtime_table, TypeError, r"entries must be the list of dicts catalog.load\(\) returns", 5),
+    case(catalog.runtime_table, TypeError, r"entries must be the list of dicts", [{"title": "no file"}]),
+    case(catalog.render_readme, ValueError, r"the README must hold the markers", "text", []),
     # --- later notebooks' modules: one line per case, e.g.
     # case(training.fit, ValueError, r"epochs must be an int >= 1", net, loader, epochs=0),
 ]
@@ -261,12 +267,12 @@ def test_bad_input_gives_a_clear_error(c: Case, tmp_path, monkeypatch):
 def test_the_sweep_covers_every_public_helper():
     """A new public function in these modules needs a line in CASES (or a reason below)."""
     mods = (models, timing, plotting, devices, data, synthetic, profiles, results, report,
-            data_wait, suite)
+            data_wait, suite, catalog)
     # Functions with no argument that can be wrong, or whose inputs are checked elsewhere.
     no_bad_input = {"devices.cpu", "devices.num_gpus", "devices.try_all_gpus",
                     "devices.hardware_summary", "results.load_all", "report.to_markdown",
                     "report.to_html", "timing.Measurement", "models.F", "models.nn",
-                    "plotting.plt", "data.Dataset", "data.urlparse"}
+                    "plotting.plt", "data.Dataset", "data.urlparse", "catalog.main"}
     covered = {f"{c.fn.__module__.split('.')[-1]}.{c.fn.__qualname__.split('.')[0]}"
                for c in CASES if hasattr(c.fn, "__module__")}
     covered |= {"results.Recorder", "plotting.LivePlot", "timing.Measurement"}
