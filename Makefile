@@ -38,7 +38,7 @@ lint: install
 	$(BIN)/nbstripout --verify notebooks/*.ipynb
 
 unit: install
-	FTG_PROFILE=smoke $(BIN)/python -m pytest tests -q
+	FTG_PROFILE=smoke $(BIN)/python -m pytest tests benchmarks -q
 
 notebooks: install
 	FTG_PROFILE=smoke $(BIN)/python -m pytest -q --nbval-lax --nbval-current-env \

@@ -4,6 +4,7 @@
     for X, y in meter:
         train_step(X, y)
     print(meter.summary())   # {'wait_s': ..., 'compute_s': ..., 'wait_fraction': 0.68, ...}
+    meter.summary(skip=1)    # steady state: without the first step (worker start-up)
 
 The step's share is measured up to the next `next()` call, after synchronising the device, so
 queued GPU work is charged to the step and not to the data. Pass `sync_every=k` to synchronise
@@ -52,19 +53,25 @@ class DataWaitMeter:
                 synchronize(self.device)
             self.compute.append(time.perf_counter() - t1)
 
-    def summary(self) -> dict[str, float]:
-        wait, compute = sum(self.wait), sum(self.compute)
+    def summary(self, skip: int = 0) -> dict[str, float]:
+        """Totals over the steps; `skip=k` leaves out the first k steps (the first `next()` of a
+        DataLoader also starts its worker processes, which is not a steady-state wait)."""
+        if not isinstance(skip, int) or skip < 0:
+            raise ValueError(f"DataWaitMeter.summary: skip must be an int >= 0, got {skip!r}")
+        wait, compute = sum(self.wait[skip:len(self.compute)]), sum(self.compute[skip:])
         total = wait + compute
+        steps = max(0, len(self.compute) - skip)
         return {
-            "steps": len(self.compute),
+            "steps": steps,
+            "step_s": total / steps if steps else 0.0,
             "wait_s": wait,
             "compute_s": compute,
             "wait_fraction": wait / total if total else 0.0,
         }
 
-    def diagnosis(self) -> str:
+    def diagnosis(self, skip: int = 0) -> str:
         """One sentence for the notebook: is this loop input-bound?"""
-        s = self.summary()
+        s = self.summary(skip)
         pct = 100 * s["wait_fraction"]
         if pct >= 30:
             return (f"{pct:.0f} % of step time is waiting for data: the loop is input-bound - "

@@ -83,7 +83,8 @@ def to_markdown(rep: dict[str, Any], results_dir: Path) -> str:
         out += [f"**Machine:** {_hardware_line(rep['hardware'])}", ""]
     for name, ref in rep["references"]:
         if ref:
-            out.append(f"**Reference run `{name}`:** {_hardware_line(ref[0]['hardware'])}, profile {ref[0].get('profile')}")
+            out.append(f"**Reference run `{name}`:** {_hardware_line(ref[0]['hardware'])}, "
+                       f"profile {ref[0].get('profile')}, {str(ref[0].get('started', ''))[:10]}")
     out += ["", "## Claims ledger", "", "| claim | verdict here | figure | reference (GPU) |", "|---|---|---|---|"]
     for c in rep["ledger"]:
         syn = " *(synthetic data)*" if c["synthetic_data"] else ""

@@ -1,0 +1,159 @@
+"""helpers.pipelines: the CPU image pipeline, its argument checks, spawn-safety, no leftovers."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+import torch
+
+from helpers import pipelines, synthetic, worker_memory
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    x, y = synthetic.class_images(96, 32, 32, 3, seed=7)
+    root = tmp_path_factory.mktemp("imgs")
+    synthetic.write_image_folder(root, x, y, synthetic.CIFAR_CLASSES, fmt="png")
+    return root, x, y
+
+
+@pytest.fixture(scope="module")
+def dataset(folder):
+    return pipelines.image_folder(folder[0], transform=pipelines.cifar_train_transform())
+
+
+def test_image_folder_decodes_the_pixels_written(folder):
+    root, x, y = folder
+    ds = pipelines.image_folder(root)
+    assert len(ds) == len(x)
+    path, label = ds.samples[0]
+    i = int(path.rsplit("/", 1)[1].split(".")[0])
+    assert np.array_equal(np.asarray(ds.loader(path)), x[i]) and label == y[i]
+
+
+def test_train_transform_output(dataset):
+    X, label = dataset[3]
+    assert X.shape == (3, 32, 32) and X.dtype == torch.float32
+    assert -3 < X.mean().item() < 3 and isinstance(label, int)
+
+
+def test_transform_is_random_per_sample(dataset):
+    torch.manual_seed(0)
+    a = torch.stack([dataset[0][0] for _ in range(8)])
+    assert not all(torch.equal(a[0], a[i]) for i in range(1, 8))
+
+
+def test_loader_batches_and_seeded_order(dataset):
+    def labels(seed):
+        return torch.cat([y for _, y in pipelines.make_loader(dataset, batch_size=32, seed=seed)])
+    assert torch.equal(labels(1), labels(1))
+    assert not torch.equal(labels(1), labels(2))
+    assert pipelines.consume(pipelines.make_loader(dataset, batch_size=40)) == len(dataset)
+
+
+def test_spawn_worker_loads_batches(dataset):
+    loader = pipelines.make_loader(dataset, batch_size=16, num_workers=1,
+                                   multiprocessing_context="spawn")
+    n = 0
+    for X, y in loader:
+        assert X.shape[1:] == (3, 32, 32) and X.dtype == torch.float32
+        n += len(y)
+    assert n == len(dataset)
+    del loader
+    gc.collect()
+    assert worker_memory.live_workers() == []
+
+
+def test_no_worker_left_after_time_loader_with_persistent_workers(dataset):
+    m = pipelines.time_loader(dataset, batch_size=16, num_workers=2, repeats=1, warmup=1,
+                              prefetch_factor=2, persistent_workers=True)
+    assert m.median > 0
+    assert worker_memory.live_workers() == []
+
+
+def test_persistent_workers_are_seen_until_shutdown(dataset):
+    # the control: the check above can fail - persistent workers stay alive with their loader
+    loader = pipelines.make_loader(dataset, batch_size=16, num_workers=2, persistent_workers=True)
+    pipelines.consume(loader)
+    assert len(worker_memory.live_workers()) == 2
+    pipelines.shutdown(loader)
+    assert worker_memory.live_workers() == []
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(batch_size=8, num_workers=-1), "num_workers must be an int >= 0"),
+    (dict(batch_size=8, num_workers=0, prefetch_factor=2), "prefetch_factor=2 needs num_workers >= 1"),
+    (dict(batch_size=0), "batch_size must be an int >= 1"),
+    (dict(batch_size=8, num_workers=1, prefetch_factor=0), "prefetch_factor must be an int >= 1"),
+    (dict(batch_size=8, persistent_workers=True), "persistent_workers=True needs num_workers >= 1"),
+    (dict(batch_size=8, num_workers=1, multiprocessing_context="thread"), "multiprocessing_context must be one of"),
+    (dict(batch_size=2.5), "batch_size must be an int"),
+])
+def test_bad_loader_arguments_raise_before_any_worker(dataset, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        pipelines.make_loader(dataset, **kwargs)
+    assert worker_memory.live_workers() == []
+
+
+def test_missing_data_path_names_root(tmp_path):
+    with pytest.raises(FileNotFoundError, match="root: the image folder .* does not exist"):
+        pipelines.image_folder(tmp_path / "nope")
+
+
+def test_prepare_image_folder_bad_arguments():
+    with pytest.raises(ValueError, match="n must be an int >= 1"):
+        pipelines.prepare_image_folder(0)
+    with pytest.raises(ValueError, match="fmt must be one of png, jpeg"):
+        pipelines.prepare_image_folder(8, fmt="gif")
+
+
+def test_prepare_image_folder_writes_and_reuses(tmp_path):
+    root, syn = pipelines.prepare_image_folder(20, root=tmp_path / "f")
+    assert len(pipelines.image_folder(root)) == 20 and isinstance(syn, bool)
+    stamp = (root / "COMPLETE.json").stat().st_mtime
+    again, _ = pipelines.prepare_image_folder(20, root=tmp_path / "f")
+    assert again == root and (root / "COMPLETE.json").stat().st_mtime == stamp
+
+
+def test_per_sample_tensor_dataset_and_checks():
+    x = torch.randint(0, 256, (10, 3, 32, 32), dtype=torch.uint8)
+    y = torch.arange(10)
+    ds = pipelines.PerSampleTensorDataset(x, y, pipelines.tensor_train_transform())
+    X, label = ds[4]
+    assert X.shape == (3, 32, 32) and X.dtype == torch.float32 and label == 4
+    with pytest.raises(ValueError, match="uint8"):
+        pipelines.PerSampleTensorDataset(x.float(), y)
+    with pytest.raises(ValueError, match="same length"):
+        pipelines.PerSampleTensorDataset(x, y[:3])
+
+
+def test_reencode_jpeg_is_lossy_but_close():
+    x, _ = synthetic.class_images(8, 32, 32, 3, seed=1, noise=0.02)
+    x = torch.from_numpy(x).permute(0, 3, 1, 2).contiguous()
+    j = pipelines.reencode_jpeg(x, quality=75)
+    assert j.shape == x.shape and j.dtype == torch.uint8
+    diff = (j.float() - x.float()).abs().mean().item()
+    assert 0 < diff < 20
+    assert (pipelines.reencode_jpeg(x, quality=100).float() - x.float()).abs().mean() < diff
+    with pytest.raises(ValueError, match="quality must be an int in 1..100"):
+        pipelines.reencode_jpeg(x, quality=0)
+
+
+def test_intra_op_threads_restores():
+    before = torch.get_num_threads()
+    with pipelines.intra_op_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="n must be an int >= 1"):
+        with pipelines.intra_op_threads(0):
+            pass
+
+
+def test_time_epochs_counts_calls():
+    calls = []
+    m = pipelines.time_epochs(lambda: calls.append(1), repeats=3, warmup=2)
+    assert len(calls) == 5 and m.n == 3 and len(m.times) == 3
+    with pytest.raises(ValueError, match="repeats must be an int >= 1"):
+        pipelines.time_epochs(lambda: None, repeats=0)

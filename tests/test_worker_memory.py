@@ -1,0 +1,49 @@
+"""helpers.worker_memory: sampling worker memory, the L2 arithmetic, live worker detection."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+
+import pytest
+
+from helpers import worker_memory as wm
+
+
+def _hold(mb: int, seconds: float) -> None:
+    block = bytearray(mb * 2**20)  # touched, so it is resident and unique to this process
+    for i in range(0, len(block), 4096):
+        block[i] = 1
+    time.sleep(seconds)
+
+
+def test_sampler_sees_a_child_and_its_memory():
+    p = mp.get_context("fork").Process(target=_hold, args=(64, 1.0))
+    with wm.WorkerMemorySampler(interval=0.05) as mem:
+        p.start()
+        time.sleep(0.8)
+    p.join()
+    s = mem.summary()
+    assert s["workers"] == 1
+    assert s["uss_mb"] >= 60          # the 64 MB it touched
+    assert s["rss_mb"] >= s["uss_mb"]
+    assert wm.live_workers() == []
+
+
+def test_sampler_without_children():
+    with wm.WorkerMemorySampler(interval=0.02) as mem:
+        time.sleep(0.1)
+    s = mem.summary()
+    assert s["workers"] == 0 and s["samples"] >= 2 and s["parent_rss_mb"] > 0
+
+
+def test_arithmetic():
+    assert wm.batch_megabytes(256, (3, 32, 32)) == pytest.approx(3.0)
+    assert wm.batch_megabytes(256, (3, 32, 32), bytes_per_value=1) == pytest.approx(0.75)
+    assert wm.claimed_worker_megabytes(3.0, 8, 2) == pytest.approx(48.0)
+    with pytest.raises(ValueError, match="batch_size must be an int >= 1"):
+        wm.batch_megabytes(0, (3, 32, 32))
+    with pytest.raises(ValueError, match="num_workers must be an int >= 0"):
+        wm.claimed_worker_megabytes(1.0, -1)
+    with pytest.raises(ValueError, match="interval must be > 0"):
+        wm.WorkerMemorySampler(interval=0)
