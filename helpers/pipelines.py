@@ -29,6 +29,7 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms as T
 
 from . import data, paths, synthetic
+from .devices import as_device
 
 # Per-channel statistics of the real CIFAR-10 training set (the usual constants).
 CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
@@ -141,6 +142,8 @@ def tensor_train_transform(*, pad: int = 4, crop: int = 32, flip: bool = True,
     """The same recipe as `cifar_train_transform`, per sample on a uint8 tensor (torchvision v2)."""
     from torchvision.transforms import v2
 
+    _positive_int("crop", crop)
+    _positive_int("pad", pad, low=0)
     steps: list = [v2.RandomCrop(crop, padding=pad)]
     if flip:
         steps.append(v2.RandomHorizontalFlip())
@@ -194,8 +197,13 @@ def consume(batches: Iterable, device: str | torch.device | None = None,
             limit: int | None = None) -> int:
     """Pull every batch (moving it to `device` when given, as a training loop would); return
     the number of samples. The device is synchronised at the end so copies are counted."""
+    if not isinstance(batches, Iterable):
+        raise TypeError(f"consume: batches must be iterable (a DataLoader, a list of (x, y)), "
+                        f"got {type(batches).__name__}")
+    if limit is not None:
+        _positive_int("limit", limit)
     n = 0
-    dev = torch.device(device) if device is not None else None
+    dev = as_device(device, "consume: device") if device is not None else None
     for i, (x, _y) in enumerate(batches):
         if dev is not None and x.device != dev:
             x = x.to(dev, non_blocking=True)

@@ -38,16 +38,20 @@ from helpers import (
     catalog,
     data,
     data_wait,
+    device_augment,
     devices,
     models,
     paths,
+    pipelines,
     plotting,
     profiles,
+    quick_train,
     report,
     results,
     suite,
     synthetic,
     timing,
+    worker_memory,
 )
 
 
@@ -99,7 +103,27 @@ def noop() -> None:
     return None
 
 
+def first(gen_fn):
+    """For generator functions, whose checks run at the first `next()`."""
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return next(iter(gen_fn(*args, **kwargs)))
+    call.__qualname__ = f"next({gen_fn.__qualname__})"
+    return call
+
+
+def entered(cm_fn):
+    """For context managers, whose checks run on entering."""
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with cm_fn(*args, **kwargs):
+            pass
+    call.__qualname__ = f"with {cm_fn.__qualname__}"
+    return call
+
+
 UINT8_1 = np.zeros((1, 4, 4, 1), np.uint8)
+X4 = torch.zeros(4, 3, 8, 8, dtype=torch.uint8)
+Y4 = torch.zeros(4, dtype=torch.int64)
+DS4 = pipelines.PerSampleTensorDataset(X4, Y4)
 NO_GPU = devices.num_gpus() == 0
 POSITIVE = r"must be (a positive int|an int >= 1)"
 
@@ -247,6 +271,42 @@ CASES = [
     case(catalog.runtime_table, TypeError, r"entries must be the list of dicts catalog.load\(\) returns", 5),
     case(catalog.runtime_table, TypeError, r"entries must be the list of dicts", [{"title": "no file"}]),
     case(catalog.render_readme, ValueError, r"the README must hold the markers", "text", []),
+    # --- pipelines (notebooks 02-03) --------------------------------------------------------
+    case(pipelines.prepare_image_folder, ValueError, r"fmt must be one of png, jpeg; got 'gif'", 8, fmt="gif"),
+    case(pipelines.prepare_image_folder, ValueError, r"n must be an int >= 1, got 0", 0),
+    case(pipelines.image_folder, FileNotFoundError, r"root: the image folder '/nonexistent/q' does not exist", "/nonexistent/q"),
+    case(pipelines.PerSampleTensorDataset, ValueError, r"x must be a uint8 tensor of shape \(N, C, H, W\)", X4.float(), Y4),
+    case(pipelines.PerSampleTensorDataset, ValueError, r"x and y must have the same length, got 4 and 2", X4, Y4[:2]),
+    case(pipelines.make_loader, TypeError, r"dataset must be a map-style Dataset, got int", 5, batch_size=2),
+    case(pipelines.make_loader, ValueError, r"batch_size must be an int >= 1, got 0", DS4, batch_size=0),
+    case(pipelines.make_loader, ValueError, r"num_workers must be an int >= 0, got -1", DS4, batch_size=2, num_workers=-1),
+    case(pipelines.make_loader, ValueError, r"persistent_workers=True needs num_workers >= 1", DS4, batch_size=2, persistent_workers=True),
+    case(pipelines.make_loader, ValueError, r"multiprocessing_context must be one of .*'fork', 'spawn', 'forkserver'.*got 'thread'", DS4, batch_size=2, num_workers=1, multiprocessing_context="thread"),
+    case(pipelines.reencode_jpeg, ValueError, r"quality must be an int in 1..100, got 0", X4, quality=0),
+    case(pipelines.time_epochs, ValueError, r"time_epochs: repeats must be an int >= 1, got 0", noop, repeats=0),
+    case(pipelines.time_loader, ValueError, r"batch_size must be an int >= 1, got 0", DS4, batch_size=0),
+    case(entered(pipelines.intra_op_threads), ValueError, r"intra_op_threads: n must be an int >= 1, got 0", 0),
+    case(pipelines.cifar_train_transform, ValueError, r"crop must be an int >= 1, got 0", crop=0),
+    case(pipelines.tensor_train_transform, ValueError, r"crop must be an int >= 1, got 0", crop=0),
+    case(pipelines.tensor_train_transform, ValueError, r"pad must be an int >= 0, got -1", pad=-1),
+    case(pipelines.consume, TypeError, r"consume: batches must be iterable .* got int", 5),
+    case(pipelines.consume, ValueError, r"consume: device must be 'cpu', 'cuda' or 'cuda:N'; got 'tpu'", [], device="tpu"),
+    case(pipelines.consume, ValueError, r"limit must be an int >= 1, got 0", [], limit=0),
+    # --- device_augment, worker_memory, quick_train ------------------------------------------
+    case(device_augment.DeviceAugment, ValueError, r"DeviceAugment: crop must be an int >= 1, got 0", crop=0),
+    case(device_augment.DeviceAugment, ValueError, r"DeviceAugment: pad must be an int >= 0, got -2", pad=-2),
+    case(device_augment.DeviceAugment, ValueError, r"give both mean and std, or neither", mean=None),
+    case(device_augment.DeviceAugment, ValueError, r"std must be positive", std=(0.0, 1.0, 1.0)),
+    case(first(device_augment.device_batches), ValueError, r"batch_size must be an int >= 1, got 0", X4, Y4, 0),
+    case(first(device_augment.device_batches), ValueError, r"x_uint8 must be a uint8 tensor of shape \(N, C, H, W\)", X4.float(), Y4, 2),
+    case(first(device_augment.device_batches), ValueError, r"y must be a tensor with one label per image \(4\)", X4, Y4[:1], 2),
+    case(device_augment.DeviceLoader, ValueError, r"batch_size must be an int >= 1, got 0", X4, Y4, 0),
+    case(worker_memory.WorkerMemorySampler, ValueError, r"interval must be > 0 seconds, got 0", interval=0),
+    case(worker_memory.batch_megabytes, ValueError, r"batch_size must be an int >= 1, got 0", 0, (3, 32, 32)),
+    case(worker_memory.claimed_worker_megabytes, ValueError, r"num_workers must be an int >= 0, got -1", 1.0, -1),
+    case(quick_train.small_cnn, ValueError, r"small_cnn: width must be a positive int, got 0", width=0),
+    case(quick_train.train_steps, ValueError, r"train_steps: steps must be an int >= 1, got 0", torch.nn.Linear(2, 2), [], steps=0),
+    case(quick_train.train_steps, ValueError, r"train_steps: batches yielded nothing", torch.nn.Linear(2, 2), [], steps=1),
     # --- later notebooks' modules: one line per case, e.g.
     # case(training.fit, ValueError, r"epochs must be an int >= 1", net, loader, epochs=0),
 ]
