@@ -8,8 +8,10 @@ Three parts:
    (training loop, pipelines, launch/DDP, profiling) get their own block of lines.
 2. A data set folder that is missing, empty, or holds a truncated or corrupt file: a clear error
    naming the file, within a time limit.
-3. A loop over a multi-worker DataLoader interrupted by KeyboardInterrupt (in-process, and by
-   Ctrl-C to a whole process group) leaves no worker processes.
+3. A loop over a multi-worker DataLoader interrupted by KeyboardInterrupt (in-process), and a
+   training run (`quick_train.train_steps`) in a subprocess stopped by SIGINT (to its process
+   group, as a terminal's Ctrl-C or Jupyter's interrupt does, or to its main process only), end
+   within a bounded time and leave no worker processes.
 
 Each case is one pytest item, so the count pytest reports is the count of cases tried.
 """
@@ -496,23 +498,31 @@ def test_keyboard_interrupt_mid_epoch_leaves_no_workers(wrap, data_root):
 
 
 CTRL_C_SCRIPT = textwrap.dedent("""
-    import sys, time
     import psutil
     from torch.utils.data import DataLoader
     from torchvision import transforms
-    from helpers import data
-    loader = DataLoader(data.fashion_mnist(transform=transforms.ToTensor()), batch_size=4, num_workers=2)
-    for step, batch in enumerate(loader):
-        if step == 2:
-            print(" ".join(str(c.pid) for c in psutil.Process().children(recursive=True)), flush=True)
-        time.sleep(0.05)
-    print("epoch ended without an interrupt", flush=True)
+    from helpers import data, quick_train
+    loader = DataLoader(data.fashion_mnist(transform=transforms.ToTensor()), batch_size=8,
+                        num_workers=2, shuffle=True)
+
+    def batches():  # a training run's input; says which workers it has once it is running
+        for step, batch in enumerate(loader):
+            if step == 2:
+                kids = psutil.Process().children(recursive=True)
+                print(" ".join(str(c.pid) for c in kids), flush=True)
+            yield batch
+
+    quick_train.train_steps(quick_train.small_cnn(in_channels=1, width=4), batches(), steps=10**6)
+    print("training ended without an interrupt", flush=True)
 """)
 
 
 @pytest.mark.timeout(120)
-def test_ctrl_c_to_the_process_group_ends_run_and_workers(data_root):
-    """What a terminal's Ctrl-C does: SIGINT to the whole process group, workers included."""
+@pytest.mark.parametrize("target", ["process group (terminal Ctrl-C, Jupyter interrupt)",
+                                    "main process only"])
+def test_ctrl_c_ends_a_training_run_and_its_workers(target, data_root):
+    """SIGINT mid-epoch to a training run over a 2-worker DataLoader: the run ends with
+    KeyboardInterrupt within a bounded time and no worker process outlives it."""
     synthetic.write_fashion_mnist(data_root / "synthetic", n_train=4000, n_test=32)
     env = {**os.environ, "PYTHONPATH": str(paths.ROOT)}
     proc = subprocess.Popen([sys.executable, "-c", CTRL_C_SCRIPT], stdout=subprocess.PIPE,
@@ -521,7 +531,11 @@ def test_ctrl_c_to_the_process_group_ends_run_and_workers(data_root):
         line = proc.stdout.readline()
         workers = {int(p) for p in line.split()}
         assert len(workers) >= 2, f"the run did not report its workers: {line!r} {proc.stderr.read()[-2000:]}"
-        os.killpg(proc.pid, signal.SIGINT)
+        time.sleep(0.5)  # well inside the epoch (500 steps)
+        if target.startswith("process group"):
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            os.kill(proc.pid, signal.SIGINT)
         try:
             _, err = proc.communicate(timeout=30)
         except subprocess.TimeoutExpired:
