@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torchvision
+from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms as T
 
@@ -114,7 +115,21 @@ def image_folder(root: str | Path, transform=None) -> torchvision.datasets.Image
             f"root: the image folder {str(root)!r} does not exist (or is not a directory); "
             "write one with helpers.pipelines.prepare_image_folder()")
     # allow_empty: a small sample may miss a class; the folder for it still fixes the label ids
-    return torchvision.datasets.ImageFolder(str(root), transform=transform, allow_empty=True)
+    return torchvision.datasets.ImageFolder(str(root), transform=transform, allow_empty=True,
+                                            loader=load_image)
+
+
+def load_image(path: str) -> Image.Image:
+    """torchvision's default PIL loader, but a damaged file (truncated copy, not an image) is
+    named in the error: PIL's own message ('image file is truncated') does not say which file.
+    Module level, so it pickles for `spawn` workers."""
+    try:
+        with open(path, "rb") as f:
+            img = Image.open(f)
+            return img.convert("RGB")
+    except (OSError, SyntaxError, ValueError) as e:
+        raise RuntimeError(f"image file {path} cannot be decoded ({e}); it is truncated or not an "
+                           "image: write the folder again (prepare_image_folder) or delete the file") from e
 
 
 class PerSampleTensorDataset(Dataset):

@@ -446,6 +446,33 @@ def test_broken_data_folder_names_the_file(what, name, source, damage, match, da
     assert time.perf_counter() - t0 < 30, "the error took too long (a hang?)"
 
 
+def _png_folder(root: Path) -> list[Path]:
+    x, y = synthetic.class_images(8, 16, 16, 3)
+    synthetic.write_image_folder(root, x, y, synthetic.CIFAR_CLASSES)
+    return sorted(root.rglob("*.png"))
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("damage", ["truncated", "empty", "not an image"])
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_broken_image_file_is_named(damage, num_workers, tmp_path):
+    files = _png_folder(tmp_path / "imgs")
+    bad = files[3]
+    if damage == "truncated":
+        _truncate(bad)
+    elif damage == "empty":
+        _truncate(bad, keep=0)
+    else:
+        bad.write_text("<html>not found</html>")
+    ds = pipelines.image_folder(tmp_path / "imgs", transform=transforms.ToTensor())
+    loader = DataLoader(ds, batch_size=2, num_workers=num_workers)
+    t0 = time.perf_counter()
+    with pytest.raises(RuntimeError, match=rf"image file {bad} cannot be decoded .*truncated or not an image"):
+        for _ in loader:
+            pass
+    assert time.perf_counter() - t0 < 30, "the error took too long (a hang?)"
+
+
 def test_intact_synthetic_folder_still_loads(data_root):
     """The diagnosis is only an error path: whole files load as before."""
     _fashion(data_root / "synthetic")
