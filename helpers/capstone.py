@@ -1,0 +1,362 @@
+"""The capstone: d2l's ResNet-18 on Fashion-MNIST, from the book's loop to a fast recipe.
+
+Shared by notebook 12 and `python -m benchmarks.capstone` so both measure the same code.
+
+- `train_reference`: the training loop as Dive into Deep Learning writes it (torchvision
+  `ToTensor`, a `DataLoader` with d2l's 4 workers, fp32, `nn.DataParallel` over the devices
+  found, plain SGD, weights initialised N(0, 0.01)).
+- `waterfall_steps`: the cumulative changes, each a `Recipe` run by `helpers.training.train`:
+  uint8 data in memory -> data resident on the device -> larger batch with scaled lr -> bf16
+  autocast -> channels_last -> torch.compile -> CUDA graphs -> fused optimizer.
+- `measure`: seconds per epoch (the last of the timed epochs, so warm-up and compilation are
+  excluded), samples/s, and how busy the device was (from `torch.profiler`).
+- `run_cost`: the time-vs-money arithmetic of claim L22.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torchvision
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, Subset
+
+from . import data, devices, diagnose, models, training
+from .device_augment import device_batches
+from .timing import Timer
+
+D2L_WORKERS = 4  # d2l.get_dataloader_workers()
+
+
+# --------------------------------------------------------------------------- data
+
+
+@dataclass
+class CapstoneData:
+    """The same images twice: torchvision data sets (for the reference) and uint8 tensors."""
+
+    train_ds: Dataset
+    test_ds: Dataset
+    x_train: torch.Tensor  # uint8 (N, 1, 28, 28)
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    synthetic: bool
+    description: str
+
+
+def load_data(n_train: int | None = None, n_test: int | None = None) -> CapstoneData:
+    """Fashion-MNIST (real, or the labelled synthetic stand-in), optionally the first n images."""
+    for name, v in (("n_train", n_train), ("n_test", n_test)):
+        if v is not None and (not isinstance(v, int) or v < 1):
+            raise ValueError(f"load_data: {name} must be a positive int or None, got {v!r}")
+    to_tensor = torchvision.transforms.ToTensor()
+    train = data.fashion_mnist(train=True, transform=to_tensor)
+    test = data.fashion_mnist(train=False, transform=to_tensor)
+    x_tr, y_tr = data.as_tensors(train, n_train)
+    x_te, y_te = data.as_tensors(test, n_test)
+    train_ds = Subset(train, range(len(x_tr))) if n_train else train
+    test_ds = Subset(test, range(len(x_te))) if n_test else test
+    return CapstoneData(train_ds, test_ds, x_tr, y_tr, x_te, y_te, bool(train.synthetic),
+                        f"{data.describe(train)}; using {len(x_tr)} train / {len(x_te)} test images")
+
+
+# --------------------------------------------------------------------------- the reference
+
+
+def d2l_init_weights(module: nn.Module) -> None:
+    """d2l's initialisation for this chapter: N(0, 0.01) weights for Linear and Conv2d."""
+    if type(module) in [nn.Linear, nn.Conv2d]:
+        nn.init.normal_(module.weight, std=0.01)
+
+
+def build_net(width: int = 64, seed: int = 0) -> nn.Module:
+    """The d2l ResNet-18 with d2l's initialisation, reproducible from `seed`."""
+    torch.manual_seed(seed)
+    net = models.resnet18(num_classes=10, in_channels=1, width=width)
+    net.apply(d2l_init_weights)
+    return net
+
+
+def evaluate_accuracy(net: nn.Module, data_iter: Any, device: torch.device) -> float:
+    """d2l's `evaluate_accuracy_gpu`: fraction of correct predictions."""
+    net.eval()
+    correct, n = 0, 0
+    with torch.no_grad():
+        for X, y in data_iter:
+            X, y = X.to(device), y.to(device)
+            correct += (net(X).argmax(dim=1) == y).sum().item()
+            n += y.numel()
+    return correct / n
+
+
+def train_reference(net: nn.Module, train_ds: Dataset, test_ds: Dataset | None, *,
+                    batch_size: int = 256, lr: float = 0.1, num_epochs: int = 1,
+                    num_workers: int = D2L_WORKERS, max_batches: int | None = None,
+                    seed: int = 0) -> dict[str, Any]:
+    """The book's loop (d2l 'Concise Implementation for Multiple GPUs'), timed per epoch the
+    way the book times it, plus a device sync. `max_batches` cuts epochs short (smoke runs)."""
+    torch.manual_seed(seed)
+    train_iter = DataLoader(train_ds, batch_size, shuffle=True, num_workers=num_workers)
+    devs = devices.try_all_gpus()
+    net = nn.DataParallel(net, device_ids=devs) if devs[0].type == "cuda" else net
+    net.to(devs[0])
+    trainer = torch.optim.SGD(net.parameters(), lr)
+    loss = nn.CrossEntropyLoss()
+    timer = Timer(devs[0])
+    samples = []
+    for _ in range(num_epochs):
+        net.train()
+        timer.start()
+        n = 0
+        for i, (X, y) in enumerate(train_iter):
+            trainer.zero_grad()
+            X, y = X.to(devs[0]), y.to(devs[0])
+            l = loss(net(X), y)  # noqa: E741 (the book's name)
+            l.backward()
+            trainer.step()
+            n += len(y)
+            if max_batches is not None and i + 1 >= max_batches:
+                break
+        timer.stop()
+        samples.append(n)
+    acc = None
+    if test_ds is not None:
+        acc = evaluate_accuracy(net, DataLoader(test_ds, batch_size, num_workers=0), devs[0])
+    return {"seconds": timer.times, "samples": samples, "test_accuracy": acc, "net": net}
+
+
+# --------------------------------------------------------------------------- the recipes
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One bar of the waterfall: how the data is fed and which training switches are on."""
+
+    name: str
+    data: str = "loader"            # "loader" (the reference) | "memory" | "device"
+    batch_size: int = 256
+    lr: float = 0.1
+    precision: str = "fp32"
+    channels_last: bool = False
+    compile: dict[str, Any] | None = None
+    fused: bool = False
+    note: str = ""
+
+    def but(self, name: str, **changes: Any) -> Recipe:
+        return dataclasses.replace(self, name=name, **changes)
+
+
+def waterfall_changes(*, batch_size: int = 256, lr: float = 0.1, big_batch: int = 1024,
+                      device: torch.device | str = "cpu") -> tuple[Recipe, list[tuple[str, dict[str, Any], str]]]:
+    """The reference recipe and the changes stacked on it, as (name, change, what it does)."""
+    dev = torch.device(device)
+    scaled_lr = lr * big_batch / batch_size
+    ref = Recipe("reference (d2l)", batch_size=batch_size, lr=lr, note="the book's loop")
+    # default mode: Inductor's fused kernels without minutes of autotuning per waterfall bar;
+    # "reduce-overhead" adds CUDA graphs (the whole step replayed with one launch).
+    graphs = {"mode": "reduce-overhead"} if dev.type == "cuda" else {}
+    return ref, [
+        ("uint8 in memory", dict(data="memory"), "whole data set as one uint8 tensor; no workers, no per-sample ToTensor"),
+        ("on the device", dict(data="device"), "data resident on the device, shuffled and sliced there"),
+        ("larger batch", dict(batch_size=big_batch, lr=scaled_lr), f"batch {big_batch}, lr scaled linearly to {scaled_lr:g}"),
+        ("bf16 autocast", dict(precision="bf16"), "matmuls and convolutions in bfloat16"),
+        ("channels_last", dict(channels_last=True), "NHWC memory format for convolutions"),
+        ("torch.compile", dict(compile={}), "fused kernels (Inductor, default mode)"),
+        ("+ CUDA graphs", dict(compile=graphs), "whole step replayed as a CUDA graph: no launch cost"),
+        ("fused SGD", dict(fused=True), "one fused optimizer kernel for all parameters"),
+    ]
+
+
+def run_waterfall(d: CapstoneData, *, device: torch.device | str, width: int = 64,
+                  batch_size: int = 256, lr: float = 0.1, big_batch: int = 1024,
+                  epochs: int = 2, max_batches: int | None = None, busy_batches: int = 2,
+                  skip: dict[str, str] | None = None, tolerance: float = 0.02,
+                  num_workers: int = D2L_WORKERS, progress: bool = True,
+                  ) -> list[tuple[Recipe, StepResult, bool]]:
+    """Measure the reference, then each change on top of the best recipe kept so far.
+
+    A change is kept when it is faster than the best kept recipe by more than `tolerance`;
+    a change that is slower on this device is shown and dropped. `skip` maps a step name to the
+    reason it is not measured (no GPU for CUDA graphs, no time for compilation, ...): it gets no
+    bar and the reason is printed, never a made-up number.
+    """
+    dev = devices.as_device(device)
+    skip = dict(skip or {})
+    if dev.type != "cuda":
+        skip.setdefault("+ CUDA graphs", "needs a CUDA GPU")
+    ref, changes = waterfall_changes(batch_size=batch_size, lr=lr, big_batch=big_batch, device=dev)
+    kw = dict(device=dev, width=width, epochs=epochs, max_batches=max_batches,
+              busy_batches=busy_batches, num_workers=num_workers)
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=1 + len(changes), desc="waterfall", unit="step", disable=not progress, leave=False)
+    out = [(ref, measure(ref, d, **kw), True)]
+    bar.update(1)
+    best_recipe, best = ref, out[0][1].seconds_per_epoch
+    for name, change, what in changes:
+        recipe = best_recipe.but(name, **change, note=what)
+        if name in skip:
+            out.append((recipe, StepResult(name, None, None, skipped=skip[name], note=what), False))
+        else:
+            r = measure(recipe, d, **kw)
+            keep = r.seconds_per_epoch < best * (1 - tolerance)
+            out.append((recipe, r, keep))
+            if keep:
+                best_recipe, best = recipe, r.seconds_per_epoch
+        bar.update(1)
+    bar.close()
+    return out
+
+
+def fast_recipe(waterfall: list[tuple[Recipe, StepResult, bool]]) -> Recipe:
+    """The last kept recipe of a waterfall: every change that won on this device."""
+    kept = [r for r, _, k in waterfall if k]
+    return kept[-1].but("fast recipe")
+
+
+class EpochBatches:
+    """Re-iterable batches for `training.train`: one epoch per `iter()`, new shuffle each time.
+
+    `data="memory"`: uint8 tensor in host memory, each batch copied as uint8 and converted on the
+    device. `data="device"`: the tensors already live on the device (`device_batches`).
+    Both give exactly `ToTensor()`'s values: uint8 / 255 as float32.
+    """
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, batch_size: int, *, mode: str,
+                 device: torch.device, seed: int = 0, drop_last: bool = False) -> None:
+        if mode not in ("memory", "device"):
+            raise ValueError(f"EpochBatches: mode must be 'memory' or 'device', got {mode!r}")
+        self.mode, self.device, self.batch_size, self.seed = mode, device, batch_size, seed
+        self.drop_last = drop_last and len(x) >= batch_size
+        if mode == "device":
+            self.x, self.y = x.to(device), y.to(device)
+        else:
+            pin = device.type == "cuda"
+            self.x = x.pin_memory() if pin else x
+            self.y = y.pin_memory() if pin else y
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        if self.drop_last:
+            return len(self.x) // self.batch_size
+        return math.ceil(len(self.x) / self.batch_size)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        self.epoch += 1
+        seed = self.seed + self.epoch
+        if self.mode == "device":
+            for xb, yb in device_batches(self.x, self.y, self.batch_size, device=self.device,
+                                         shuffle=True, seed=seed, drop_last=self.drop_last):
+                yield xb.float().div_(255), yb
+            return
+        g = torch.Generator().manual_seed(seed)
+        order = torch.randperm(len(self.x), generator=g)
+        stop = len(self.x) - len(self.x) % self.batch_size if self.drop_last else len(self.x)
+        for start in range(0, stop, self.batch_size):
+            sel = order[start:start + self.batch_size]
+            xb = self.x[sel].to(self.device, non_blocking=True)
+            yield xb.float().div_(255), self.y[sel].to(self.device, non_blocking=True)
+
+
+@dataclass
+class StepResult:
+    """What one waterfall bar measured."""
+
+    name: str
+    seconds_per_epoch: float | None
+    samples_per_s: float | None
+    busy_fraction: float | None = None
+    test_accuracy: float | None = None
+    skipped: str = ""
+    note: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _fast_train(net: nn.Module, recipe: Recipe, d: CapstoneData, device: torch.device, *,
+                num_epochs: int, max_batches: int | None, seed: int,
+                test: bool) -> training.History:
+    # Compiled steps (CUDA graphs above all) want one batch shape: the last partial batch is
+    # dropped; seconds per epoch are scaled from samples/s, so the figure stays per full epoch.
+    batches = EpochBatches(d.x_train, d.y_train, recipe.batch_size, mode=recipe.data,
+                           device=device, seed=seed, drop_last=bool(recipe.compile is not None))
+    test_iter = None
+    if test:
+        test_iter = [(xb.float() / 255, yb) for xb, yb in
+                     zip(d.x_test.split(1024), d.y_test.split(1024), strict=True)]
+    return training.train(net, batches, num_epochs=num_epochs, lr=recipe.lr, device=device,
+                          precision=recipe.precision, channels_last=recipe.channels_last,
+                          compile_model=recipe.compile or False, fused=recipe.fused,
+                          steps_per_epoch=max_batches, test_iter=test_iter, progress=False)
+
+
+def measure(recipe: Recipe, d: CapstoneData, *, device: torch.device | str, width: int = 64,
+            epochs: int = 2, max_batches: int | None = None, busy_batches: int = 2,
+            num_workers: int = D2L_WORKERS, seed: int = 0) -> StepResult:
+    """Time `recipe`: `epochs` epochs (at most `max_batches` batches each), the last one counts
+    (the first pays warm-up / compilation). Seconds per epoch are scaled to the whole training
+    set from the timed samples. Then `busy_batches` more batches run under the profiler."""
+    dev = devices.as_device(device)
+    if not isinstance(epochs, int) or epochs < 1:
+        raise ValueError(f"measure: epochs must be an int >= 1, got {epochs!r}")
+    net = build_net(width, seed)
+    n_epoch = len(d.x_train)
+    if recipe.data == "loader":
+        out = train_reference(net, d.train_ds, None, batch_size=recipe.batch_size, lr=recipe.lr,
+                              num_epochs=epochs, num_workers=num_workers, max_batches=max_batches,
+                              seed=seed)
+        secs, samples = out["seconds"][-1], out["samples"][-1]
+        ref_net = out["net"].module if isinstance(out["net"], nn.DataParallel) else out["net"]
+
+        def more() -> None:
+            train_reference(ref_net, d.train_ds, None, batch_size=recipe.batch_size, lr=recipe.lr,
+                            num_epochs=1, num_workers=num_workers, max_batches=busy_batches, seed=seed)
+    else:
+        hist = _fast_train(net, recipe, d, dev, num_epochs=epochs, max_batches=max_batches,
+                           seed=seed, test=False)
+        secs, samples = hist.last.seconds, hist.last.samples
+
+        def more() -> None:
+            _fast_train(net, recipe, d, dev, num_epochs=1, max_batches=busy_batches, seed=seed,
+                        test=False)
+    busy = diagnose.device_busy_fraction(more, device=dev) if busy_batches else None
+    per_s = samples / secs
+    return StepResult(recipe.name, n_epoch / per_s, per_s, busy, note=recipe.note,
+                      extra={"timed_samples": samples, "timed_seconds": secs})
+
+
+def train_for_accuracy(recipe: Recipe, d: CapstoneData, *, device: torch.device | str,
+                       width: int = 64, epochs: int = 1, seed: int = 0,
+                       num_workers: int = D2L_WORKERS) -> float:
+    """Train from the same initial weights for `epochs` full epochs; return test accuracy."""
+    dev = devices.as_device(device)
+    net = build_net(width, seed)
+    if recipe.data == "loader":
+        return train_reference(net, d.train_ds, d.test_ds, batch_size=recipe.batch_size,
+                               lr=recipe.lr, num_epochs=epochs, num_workers=num_workers,
+                               seed=seed)["test_accuracy"]
+    hist = _fast_train(net, recipe, d, dev, num_epochs=epochs, max_batches=None, seed=seed, test=True)
+    return float(hist.last.test_accuracy)
+
+
+# --------------------------------------------------------------------------- time vs money
+
+
+def run_cost(samples_per_s: float, *, price_per_hour: float, epochs: int = 10,
+             dataset_size: int = 60_000, n_devices: int = 1) -> dict[str, float]:
+    """Wall time (hours) and money for `epochs` over `dataset_size` samples at a measured
+    `samples_per_s`, renting `n_devices` at `price_per_hour` each (claim L22)."""
+    for name, v in (("samples_per_s", samples_per_s), ("price_per_hour", price_per_hour)):
+        if not isinstance(v, int | float) or v < 0 or (name == "samples_per_s" and v == 0):
+            raise ValueError(f"run_cost: {name} must be a positive number, got {v!r}")
+    for name, v in (("epochs", epochs), ("dataset_size", dataset_size), ("n_devices", n_devices)):
+        if not isinstance(v, int) or v < 1:
+            raise ValueError(f"run_cost: {name} must be a positive int, got {v!r}")
+    hours = epochs * dataset_size / samples_per_s / 3600
+    return {"hours": hours, "cost": hours * price_per_hour * n_devices,
+            "seconds_per_epoch": dataset_size / samples_per_s}

@@ -1,0 +1,106 @@
+"""How much memory does a training step need? Exact on a GPU, a careful count on a CPU.
+
+On a GPU `torch.cuda.max_memory_allocated` is the answer. A CPU has no such counter (the
+process's resident size mixes in the allocator's caching and everything else the process
+holds), so on a CPU we count what autograd keeps: `SavedTensors` records, through
+`torch.autograd.graph.saved_tensors_hooks`, every tensor the forward pass saves for the
+backward pass, and tells how many of those bytes are still alive. That is the activation
+memory that grows with the batch size, and it is what a forgotten graph keeps alive (claim L9).
+
+    with SavedTensors() as saved:
+        loss = loss_fn(net(X), y)
+    saved.live_bytes()      # activations held by the graph of `loss`
+    del loss                # ... and freed with it
+"""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+class SavedTensors:
+    """Track tensors autograd saves inside the `with` block; ask later how many bytes live on."""
+
+    def __init__(self) -> None:
+        self._refs: list[tuple[weakref.ref, int, int]] = []  # (ref, storage ptr, bytes)
+        self._hooks: torch.autograd.graph.saved_tensors_hooks | None = None
+
+    def _pack(self, t: torch.Tensor) -> torch.Tensor:
+        # The graph keeps a detached alias (same storage, no grad_fn): packing `t` itself would
+        # make a reference cycle output -> grad_fn -> output that Python's gc cannot see.
+        held = t.detach()
+        try:
+            storage = held.untyped_storage()
+            self._refs.append((weakref.ref(held), storage.data_ptr(), storage.nbytes()))
+        except (RuntimeError, TypeError):  # e.g. tensors without storage
+            pass
+        return held
+
+    @staticmethod
+    def _unpack(t: torch.Tensor) -> torch.Tensor:
+        return t
+
+    def __enter__(self) -> SavedTensors:
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._hooks is not None
+        self._hooks.__exit__(*exc)
+
+    def saved_bytes(self) -> int:
+        """Bytes saved for backward (each storage counted once), alive or not."""
+        return sum({ptr: n for _, ptr, n in self._refs}.values())
+
+    def live_bytes(self) -> int:
+        """Bytes of saved tensors that are still alive now (each storage counted once)."""
+        gc.collect()
+        return sum({ptr: n for ref, ptr, n in self._refs if ref() is not None}.values())
+
+
+def model_bytes(net: nn.Module) -> int:
+    """Parameters and buffers."""
+    return sum(tensor_bytes(p) for p in net.parameters()) + sum(tensor_bytes(b) for b in net.buffers())
+
+
+def step_memory(net: nn.Module, X: torch.Tensor, y: torch.Tensor,
+                loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+                *, optimizer_state_copies: int = 0) -> dict[str, int | str]:
+    """Memory of one forward+backward step of `net` on the batch `(X, y)`.
+
+    On CUDA: the measured peak of `max_memory_allocated`. On a CPU: an itemised count -
+    parameters and buffers + gradients (one copy of the parameters) + `optimizer_state_copies`
+    more copies (1 for SGD with momentum, 2 for Adam) + the input batch + the activations
+    autograd saved. Returns a dict with `peak_bytes` and how it was obtained (`method`).
+    """
+    loss_fn = loss_fn or nn.CrossEntropyLoss()
+    dev = X.device
+    params = sum(tensor_bytes(p) for p in net.parameters())
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+        torch.cuda.reset_peak_memory_stats(dev)
+        loss = loss_fn(net(X), y)
+        loss.backward()
+        torch.cuda.synchronize(dev)
+        peak = int(torch.cuda.max_memory_allocated(dev))
+        net.zero_grad(set_to_none=True)
+        return {"peak_bytes": peak, "method": "cuda max_memory_allocated"}
+    with SavedTensors() as saved:
+        loss = loss_fn(net(X), y)
+    activations = saved.saved_bytes()
+    loss.backward()
+    net.zero_grad(set_to_none=True)
+    peak = (model_bytes(net) + params * (1 + optimizer_state_copies) + tensor_bytes(X)
+            + tensor_bytes(y) + activations)
+    return {"peak_bytes": int(peak), "activation_bytes": int(activations),
+            "method": "cpu count: model + grads + optimizer state + batch + saved activations"}

@@ -1,0 +1,28 @@
+"""Run a block with a given number of CPU threads for PyTorch's intra-op parallelism.
+
+Splitting a tiny matrix product over several threads costs more in hand-offs than it saves,
+and on a machine whose cores are shared, a thread waiting at a barrier for a descheduled
+partner can make small-tensor loops many times slower. Lessons whose *timing does not matter*
+(correctness checks, learning-rate runs on a small MLP) use `cpu_threads(1)`; measurements of
+throughput keep the machine's default.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+
+
+@contextlib.contextmanager
+def cpu_threads(n: int) -> Iterator[int]:
+    """Set `torch.set_num_threads(n)` inside the block, restore the previous value after it."""
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"cpu_threads: n must be an int >= 1, got {n!r}")
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield n
+    finally:
+        torch.set_num_threads(before)

@@ -1,0 +1,162 @@
+"""The launcher starts real worker processes, returns their results, and never leaves any behind."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+
+import psutil
+import pytest
+import torch
+
+from helpers import ddp_train, launch
+
+SMALL = ["--in-features", "32", "--hidden", "64", "--depth", "2", "--batch", "8"]
+
+
+def _no_children_left(pids: list[int]) -> None:
+    for pid in pids:
+        if psutil.pid_exists(pid):
+            assert psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, f"pid {pid} still runs"
+    kids = [c for c in psutil.Process().children(recursive=True) if c.is_running()
+            and c.status() != psutil.STATUS_ZOMBIE]
+    assert not kids, f"processes left behind: {kids}"
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"nprocs": 0}, "nprocs"),
+    ({"nprocs": -2}, "nprocs"),
+    ({"nprocs": 1.5}, "nprocs"),
+    ({"backend": "mpi"}, "backend must be one of"),
+    ({"threads": 0}, "threads"),
+    ({"timeout": 0}, "timeout"),
+    ({"init_timeout": -1}, "init_timeout"),
+])
+def test_bad_input_is_refused_before_starting(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        launch.launch("helpers.ddp_train", SMALL, **kwargs)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has GPUs")
+def test_nccl_without_gpus_says_so():
+    with pytest.raises(ValueError, match="nccl.*no.*GPU|needs CUDA"):
+        launch.launch("helpers.ddp_train", SMALL, nprocs=2, backend="nccl")
+
+
+def test_auto_backend_on_this_machine():
+    want = "nccl" if torch.cuda.device_count() >= 2 else "gloo"
+    assert launch.resolve_backend("auto", 2) == want
+
+
+def test_free_ports_are_not_handed_out_twice():
+    ports = {launch.free_port() for _ in range(20)}
+    assert len(ports) == 20
+
+
+def test_ddp_matches_single_process_on_the_global_batch():
+    args = [*SMALL, "--steps-per-epoch", "3", "--epochs", "2", "--checkpoint", "--lr", "0.1"]
+    r = launch.launch("helpers.ddp_train", args, nprocs=2, stream=False, timeout=90)
+    assert set(r.results) == {0, 1}
+    assert r.results[0]["checksum"] == r.results[1]["checksum"]  # replicas stay identical
+    ddp = torch.load(f"{r.out_dir}/checkpoint.pt")["model"]
+    ref = ddp_train.reference_train(world=2, steps_per_epoch=3, epochs=2, lr=0.1, batch=8,
+                                    in_features=32, hidden=64, depth=2).state_dict()
+    one_rank = ddp_train.reference_train(world=1, steps_per_epoch=3, epochs=2, lr=0.1, batch=8,
+                                         in_features=32, hidden=64, depth=2).state_dict()
+    for k in ref:
+        torch.testing.assert_close(ddp[k], ref[k], rtol=1e-5, atol=1e-6)
+    # and the check can fail: training on other data gives other weights
+    assert any((ddp[k] - one_rank[k]).abs().max() > 1e-4 for k in ref)
+    _no_children_left(r.pids)
+
+
+def test_failing_rank_stops_everyone_and_shows_its_traceback():
+    t0 = time.monotonic()
+    with pytest.raises(launch.LaunchError) as err:
+        launch.launch("helpers.ddp_train", [*SMALL, "--fail-rank", "1", "--fail-step", "1"],
+                      nprocs=2, stream=False, timeout=60)
+    took = time.monotonic() - t0
+    e = err.value
+    assert e.failed_rank == 1
+    assert "deliberate failure" in e.traceback and "Traceback" in e.traceback
+    assert "rank 1" in str(e)
+    assert took < 45, f"failure took {took:.0f} s to end the run"
+    assert e.stop_seconds < 10, f"stopping the other ranks took {e.stop_seconds:.1f} s"
+    _no_children_left(e.pids)
+
+
+def test_timeout_kills_hung_processes_and_their_children():
+    # a "worker" that starts a child of its own and then hangs
+    code = ("import subprocess, sys, time; "
+            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+            "print('hanging', flush=True); time.sleep(60)")
+    t0 = time.monotonic()
+    with pytest.raises(launch.LaunchError, match="timed out"):
+        launch.run_processes([[sys.executable, "-c", code]] * 2, [launch._base_env(1)] * 2,
+                             timeout=3, stream=False)
+    assert time.monotonic() - t0 < 15
+    time.sleep(0.5)
+    _no_children_left([])
+    sleepers = [p for p in psutil.process_iter(["cmdline", "ppid"])
+                if p.info["cmdline"] and "time.sleep(60)" in " ".join(p.info["cmdline"])
+                and p.info["ppid"] == 1]
+    assert not sleepers, f"grandchildren left behind: {sleepers}"
+
+
+def test_two_launches_at_once_do_not_collide():
+    results, errors = {}, []
+
+    def go(i: int) -> None:
+        try:
+            results[i] = launch.launch("helpers.ddp_train", [*SMALL, "--steps-per-epoch", "2"],
+                                       nprocs=2, stream=False, timeout=120)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert results[0].port != results[1].port
+    assert all(set(r.results) == {0, 1} for r in results.values())
+    _no_children_left(results[0].pids + results[1].pids)
+
+
+def test_torchrun_command_names_a_c10d_rendezvous():
+    cmd = launch.torchrun_command("helpers.ddp_train", ["--steps-per-epoch", "2"], nnodes=2,
+                                  nproc_per_node=4, endpoint="10.0.0.1:29500", rdzv_id="job1")
+    s = " ".join(cmd)
+    for part in ("--nnodes=2", "--nproc-per-node=4", "--rdzv-backend=c10d",
+                 "--rdzv-endpoint=10.0.0.1:29500", "--rdzv-id=job1", "-m helpers.ddp_train"):
+        assert part in s
+
+
+def test_torchrun_nodes_refuse_a_wrong_node_list():
+    with pytest.raises(ValueError, match="one count per node"):
+        launch.launch_torchrun_nodes("helpers.ddp_train", SMALL, nnodes=2, nproc_per_node=[1])
+    with pytest.raises(ValueError, match="nproc_per_node"):
+        launch.launch_torchrun_nodes("helpers.ddp_train", SMALL, nnodes=2, nproc_per_node=[1, 0])
+
+
+def test_two_torchrun_nodes_meet_at_a_c10d_rendezvous():
+    r = launch.launch_torchrun_nodes("helpers.ddp_train", [*SMALL, "--steps-per-epoch", "2"],
+                                     nnodes=2, nproc_per_node=[2, 1], stream=False, timeout=150)
+    assert sorted(r.results) == [0, 1, 2]
+    assert {res["world"] for res in r.results.values()} == {3}
+    assert len({res["checksum"] for res in r.results.values()}) == 1
+    _no_children_left(r.pids)
+
+
+def test_old_run_folders_are_pruned(monkeypatch, tmp_path):
+    monkeypatch.setenv("FTG_BUILD_DIR", str(tmp_path))
+    runs = tmp_path / "ddp_runs"
+    for i in range(launch.KEEP_RUNS + 5):
+        (runs / f"run{i:02d}").mkdir(parents=True)
+        os.utime(runs / f"run{i:02d}", (1000 + i, 1000 + i))
+    launch._runs_dir()
+    left = sorted(p.name for p in runs.iterdir())
+    assert len(left) == launch.KEEP_RUNS and left[0] == "run05"

@@ -1,0 +1,48 @@
+"""Counting what autograd keeps alive (the CPU stand-in for cuda.memory_allocated)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from helpers import memory
+
+
+def test_saved_tensors_are_alive_with_the_graph_and_freed_after_backward():
+    net = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 1))
+    X = torch.randn(128, 64)
+    with memory.SavedTensors() as saved:
+        loss = net(X).sum()
+    assert saved.saved_bytes() >= 128 * 256 * 4  # at least one hidden activation
+    assert saved.live_bytes() > 0
+    loss.backward()
+    del loss
+    assert saved.live_bytes() < saved.saved_bytes() // 4
+
+
+def test_a_kept_loss_keeps_the_graph_but_item_does_not():
+    net = nn.Sequential(nn.Linear(32, 128), nn.ReLU(), nn.Linear(128, 1))
+    kept, scalars = [], []
+    with memory.SavedTensors() as saved:
+        for _ in range(5):
+            loss = net(torch.randn(64, 32)).pow(2).mean()
+            kept.append(loss)
+    grown = saved.live_bytes()
+    with memory.SavedTensors() as saved2:
+        for _ in range(5):
+            loss = net(torch.randn(64, 32)).pow(2).mean()
+            scalars.append(loss.item())
+    del loss
+    assert grown > 5 * 64 * 128 * 4 * 0.9
+    assert saved2.live_bytes() == 0
+
+
+def test_step_memory_grows_with_batch_on_cpu():
+    net = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 16, 3))
+    y = torch.randint(0, 3, (64,))
+    a = memory.step_memory(net, torch.randn(8, 1, 4, 4), y[:8])
+    b = memory.step_memory(net, torch.randn(64, 1, 4, 4), y)
+    assert b["peak_bytes"] > a["peak_bytes"] > memory.model_bytes(net)
+    assert b["activation_bytes"] > 4 * a["activation_bytes"]
+    assert "cpu count" in a["method"]
+    assert all(p.grad is None for p in net.parameters())

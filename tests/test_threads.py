@@ -1,0 +1,17 @@
+import pytest
+import torch
+
+from helpers.threads import cpu_threads
+
+
+def test_cpu_threads_sets_and_restores():
+    before = torch.get_num_threads()
+    with cpu_threads(1) as n:
+        assert n == 1 and torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with pytest.raises(RuntimeError), cpu_threads(1):
+        raise RuntimeError("boom")
+    assert torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="n must be an int >= 1"):
+        with cpu_threads(0):
+            pass
