@@ -31,9 +31,9 @@ class Recorder:
         if not isinstance(notebook, str) or not re.fullmatch(r"[A-Za-z0-9][\w.-]*", notebook):
             raise ValueError("Recorder: notebook must be a non-empty file name like '01_data_loading' "
                              f"(letters, digits, _ . -; no folders); got {notebook!r}")
-        if not (profile is None or isinstance(profile, Profile) or profile in PROFILES):
-            raise ValueError(f"Recorder: profile must be a Profile, one of {', '.join(PROFILES)}, "
-                             f"or None; got {profile!r}")
+        if not (profile is None or isinstance(profile, Profile) or isinstance(profile, str) and profile):
+            raise TypeError(f"Recorder: profile must be a Profile, a profile name such as "
+                            f"{' or '.join(repr(p) for p in PROFILES)}, or None; got {profile!r}")
         self.notebook = notebook
         self.directory = Path(directory) if directory is not None else paths.results_dir()
         self.path = self.directory / f"{notebook}.json"

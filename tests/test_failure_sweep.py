@@ -37,11 +37,13 @@ from torch.utils.data import DataLoader
 from torchvision import transforms
 
 from helpers import (
+    batch_finder,
     catalog,
     data,
     data_wait,
     device_augment,
     devices,
+    launch,
     models,
     paths,
     pipelines,
@@ -53,6 +55,7 @@ from helpers import (
     suite,
     synthetic,
     timing,
+    training,
     worker_memory,
 )
 
@@ -239,7 +242,8 @@ CASES = [
     case(results.Recorder, ValueError, r"notebook must be a non-empty file name like '01_data_loading'", ""),
     case(results.Recorder, ValueError, r"notebook must be a non-empty file name .* got 5", 5),
     case(results.Recorder, ValueError, r"no folders\); got '../escape'", "../escape"),
-    case(results.Recorder, ValueError, r"profile must be a Profile, one of smoke, full, or None; got 'fast'", "x", profile="fast"),
+    case(results.Recorder, TypeError, r"profile must be a Profile, a profile name such as 'smoke' or 'full', or None; got 5", "x", profile=5),
+    case(results.Recorder, TypeError, r"profile must be a Profile, a profile name .* got ''", "x", profile=""),
     case(recorder("verdict"), ValueError, r"unknown claim 'L99'; valid ids are L1 ... L23", "L99", "holds", figure="1x"),
     case(recorder("verdict"), ValueError, r"unknown claim 3", 3, "holds", figure="1x"),
     case(recorder("verdict"), ValueError, r"must start with one of holds, holds only when, does not hold here, needs a GPU, needs >=2 GPUs, needs the real data set; got 'true'", "L1", "true", figure="1x"),
@@ -309,6 +313,17 @@ CASES = [
     case(quick_train.small_cnn, ValueError, r"small_cnn: width must be a positive int, got 0", width=0),
     case(quick_train.train_steps, ValueError, r"train_steps: steps must be an int >= 1, got 0", torch.nn.Linear(2, 2), [], steps=0),
     case(quick_train.train_steps, ValueError, r"train_steps: batches yielded nothing", torch.nn.Linear(2, 2), [], steps=1),
+    # --- training, launch, batch_finder (notebooks 04-12) --------------------------------------
+    case(training.resolve_precision, ValueError, r"precision must be one of fp32, fp16, bf16; got 'fp8'", "fp8", "cpu"),
+    case(training.resolve_precision, ValueError, r"precision must be one of fp32, fp16, bf16; got 16", 16, "cpu"),
+    case(training.resolve_precision, ValueError, r"device must be 'cpu', 'cuda' or 'cuda:N'; got 'tpu'", "fp32", "tpu"),
+    case(launch.resolve_backend, ValueError, r"backend must be one of auto, gloo, nccl; got 'mpi'", "mpi", 2),
+    case(launch.launch, ValueError, r"nprocs must be an int >= 1; got 0", nprocs=0),
+    case(launch.launch, ValueError, r"timeout must be a positive number of seconds; got 0", timeout=0),
+    case(batch_finder.largest_batch, ValueError, r"start must be an int >= 1, got 0", noop, start=0),
+    case(batch_finder.largest_batch, TypeError, r"try_batch must be a callable batch_size -> bytes", 5),
+    case(batch_finder.largest_batch, ValueError, r"max_batch \(4\) must be >= start \(8\)", noop, start=8, max_batch=4),
+    case(batch_finder.largest_batch, ValueError, r"budget_bytes must be a positive number or None, got -1", noop, budget_bytes=-1),
     # --- later notebooks' modules: one line per case, e.g.
     # case(training.fit, ValueError, r"epochs must be an int >= 1", net, loader, epochs=0),
 ]
