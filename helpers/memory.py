@@ -62,9 +62,13 @@ class SavedTensors:
         """Bytes saved for backward (each storage counted once), alive or not."""
         return sum({ptr: n for _, ptr, n in self._refs}.values())
 
-    def live_bytes(self) -> int:
-        """Bytes of saved tensors that are still alive now (each storage counted once)."""
-        gc.collect()
+    def live_bytes(self, collect: bool = False) -> int:
+        """Bytes of saved tensors that are still alive now (each storage counted once).
+
+        Graphs are freed by reference counting as soon as the last reference goes; pass
+        `collect=True` to run the (slow) cycle collector first when your code makes cycles."""
+        if collect:
+            gc.collect()
         return sum({ptr: n for ref, ptr, n in self._refs if ref() is not None}.values())
 
 

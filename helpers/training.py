@@ -413,7 +413,9 @@ def train(
         for epoch in range(1, num_epochs + 1):
             net.train()
             memory.reset()
-            meter = DataWaitMeter(train_iter, device=dev, sync_every=log_every or 25)
+            # the meter syncs only on log steps (never, without logging): time blocked in next()
+            # is the data wait that matters, whether or not the device is still busy
+            meter = DataWaitMeter(train_iter, device=dev, sync_every=log_every or 2**62)
             loss_sum = torch.zeros((), device=dev, dtype=torch.float64)
             correct = torch.zeros((), device=dev, dtype=torch.int64)
             # running loss since the last log point, kept on the device (no sync)

@@ -1,0 +1,100 @@
+"""Speed ratios of the training-step techniques (notebooks 04-07). Ratios only, never absolute times.
+
+Run: `FTG_PROFILE=smoke .venv/bin/python -m pytest benchmarks -m benchmark -q`.
+The GPU checks are skipped with a reason on a machine without CUDA.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+from helpers import models, timing, training
+from helpers.threads import cpu_threads
+
+pytestmark = pytest.mark.benchmark
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def _samples_per_s(net, batches, **kw) -> float:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        h = training.train(copy.deepcopy(net), batches, num_epochs=3, progress=False, **kw)
+    return max(h["samples_per_s"][1:])  # first epoch is warm-up; best of the rest
+
+
+def test_bigger_batches_raise_throughput_on_any_device():
+    """Per-sample cost falls with the batch: batch 256 processes far more samples/s than batch 1."""
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    net = nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10)).to(dev)
+    loss_fn = nn.CrossEntropyLoss()
+
+    def per_sample(bs: int) -> float:
+        X, y = torch.randn(bs, 256, device=dev), torch.randint(0, 10, (bs,), device=dev)
+        m = timing.benchmark(lambda: loss_fn(net(X), y).backward(), repeats=7, warmup=2, number=5)
+        return m.median / bs
+
+    with cpu_threads(1) if dev == "cpu" else contextlib.nullcontext():
+        ratio = per_sample(1) / per_sample(256)
+    assert ratio > 5, f"batch 256 is only {ratio:.1f}x faster per sample than batch 1"
+
+
+def test_logging_every_step_is_not_faster_than_every_50():
+    """The loop's deferred .item(): logging rarely never costs more than syncing every step (10 % slack)."""
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    net = nn.Sequential(nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 10))
+    data = [(torch.randn(64, 128, device=dev), torch.randint(0, 10, (64,), device=dev)) for _ in range(50)]
+    with cpu_threads(1) if dev == "cpu" else contextlib.nullcontext():
+        every = _samples_per_s(net, data, device=dev, log_every=1)
+        rare = _samples_per_s(net, data, device=dev, log_every=50)
+    assert rare > 0.9 * every
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_bf16_channels_last_reaches_2_5x_fp32_on_resnet18_cifar_shape():
+    """The issue's performance target: d2l ResNet-18, CIFAR-10-shaped input, >= 2.5x fp32 samples/s."""
+    torch.backends.cudnn.benchmark = True
+    net = models.resnet18(num_classes=10, in_channels=3, width=64)
+    batches = [(torch.randn(256, 3, 32, 32, device="cuda"), torch.randint(0, 10, (256,), device="cuda"))
+               for _ in range(20)]
+    fp32 = _samples_per_s(net, batches, device="cuda")
+    fast = _samples_per_s(net, batches, device="cuda", precision="bf16", channels_last=True)
+    print(f"fp32 {fp32:.0f} samples/s, bf16+channels_last {fast:.0f} samples/s: {fast / fp32:.2f}x")
+    assert fast / fp32 >= 2.5
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_fp16_with_scaler_is_faster_than_fp32_on_gpu():
+    net = models.resnet18(num_classes=10, in_channels=3, width=64)
+    batches = [(torch.randn(256, 3, 32, 32, device="cuda"), torch.randint(0, 10, (256,), device="cuda"))
+               for _ in range(20)]
+    fp32 = _samples_per_s(net, batches, device="cuda")
+    fp16 = _samples_per_s(net, batches, device="cuda", precision="fp16")
+    assert fp16 / fp32 > 1.3
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_empty_cache_every_step_does_not_speed_up_the_loop():
+    net = nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 10)).cuda()
+    X, y = torch.randn(512, 1024, device="cuda"), torch.randint(0, 10, (512,), device="cuda")
+
+    def loop(clear):
+        def run():
+            for _ in range(20):
+                nn.functional.cross_entropy(net(X), y).backward()
+                if clear:
+                    torch.cuda.empty_cache()
+        return run
+
+    plain = timing.benchmark(loop(False), repeats=5).median
+    cleared = timing.benchmark(loop(True), repeats=5).median
+    assert cleared > 0.95 * plain
+
