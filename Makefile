@@ -10,7 +10,7 @@ STAMP   := $(VENV)/.installed
 export PYTHONUNBUFFERED := 1
 export MPLBACKEND := Agg
 
-.PHONY: install run test lint unit notebooks bench lab clean help
+.PHONY: install run test test-twice lint unit notebooks bench lab clean help
 
 help:
 	@echo "make run [PROFILE=smoke|full]  execute the suite, write build/report.html"
@@ -45,6 +45,9 @@ notebooks: install
 	    --nbval-cell-timeout=300 -p tests.nbval_budget notebooks
 
 test: lint unit notebooks
+
+test-twice: install   # every notebook run twice in one checkout: same results, no leftover state
+	FTG_RUN_TWICE=1 $(BIN)/python -m pytest -q tests/test_run_twice.py
 
 bench: install
 	$(BIN)/python -m benchmarks.capstone
