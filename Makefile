@@ -10,7 +10,7 @@ STAMP   := $(VENV)/.installed
 export PYTHONUNBUFFERED := 1
 export MPLBACKEND := Agg
 
-.PHONY: install run test lint unit notebooks bench lab clean help
+.PHONY: install run test test-twice lint unit notebooks benchmarks bench lab clean help
 
 help:
 	@echo "make run [PROFILE=smoke|full]  execute the suite, write build/report.html"
@@ -38,13 +38,28 @@ lint: install
 	$(BIN)/nbstripout --verify notebooks/*.ipynb
 
 unit: install
-	FTG_PROFILE=smoke $(BIN)/python -m pytest tests benchmarks -q
+	FTG_PROFILE=smoke $(BIN)/python -m pytest tests -q
+
+benchmarks: install   # speed ratios (never absolute times): run on a quiet machine
+	FTG_PROFILE=smoke $(BIN)/python -m pytest benchmarks -q
 
 notebooks: install
 	FTG_PROFILE=smoke $(BIN)/python -m pytest -q --nbval-lax --nbval-current-env \
 	    --nbval-cell-timeout=300 -p tests.nbval_budget notebooks
 
-test: lint unit notebooks
+# Every part runs even when an earlier one fails, so one report shows everything; the exit
+# status is non-zero if any part failed.
+test: install
+	@failed=""; \
+	for part in lint unit notebooks benchmarks; do \
+	    echo "=== make $$part"; \
+	    $(MAKE) --no-print-directory $$part || failed="$$failed $$part"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "make test: FAILED:$$failed"; exit 1; fi; \
+	echo "make test: all parts passed"
+
+test-twice: install   # every notebook run twice in one checkout: same results, no leftover state
+	FTG_RUN_TWICE=1 $(BIN)/python -m pytest -q tests/test_run_twice.py
 
 bench: install
 	$(BIN)/python -m benchmarks.capstone

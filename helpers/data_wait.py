@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from .devices import synchronize
+from .devices import as_device, synchronize
 
 
 class DataWaitMeter:
@@ -27,8 +27,11 @@ class DataWaitMeter:
                  sync_every: int = 1) -> None:
         if not isinstance(sync_every, int) or sync_every < 1:
             raise ValueError(f"DataWaitMeter: sync_every must be an int >= 1, got {sync_every!r}")
+        if not isinstance(iterable, Iterable):
+            raise TypeError(f"DataWaitMeter: iterable must be iterable (a DataLoader, a list of batches, ...), "
+                            f"got {type(iterable).__name__}")
         self.iterable = iterable
-        self.device = device
+        self.device = as_device(device, "DataWaitMeter: device") if device is not None else None
         self.sync_every = sync_every
         self.wait: list[float] = []
         self.compute: list[float] = []

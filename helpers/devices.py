@@ -35,27 +35,46 @@ def try_all_gpus() -> list[torch.device]:
     return gpus or [cpu()]
 
 
-def as_device(device: str | torch.device | None) -> torch.device:
+DEVICE_CHOICES = "'cpu', 'cuda' or 'cuda:N'"
+
+
+def _parse(device: str | torch.device, param: str = "device") -> torch.device:
+    """`device` as a torch.device of a kind this suite uses, or a clear error (no existence check)."""
+    if isinstance(device, torch.device):
+        dev = device
+    elif isinstance(device, str):
+        try:
+            dev = torch.device(device)
+        except (RuntimeError, TypeError, ValueError) as e:
+            raise ValueError(f"{param} must be {DEVICE_CHOICES}; got {device!r}") from e
+    else:
+        raise TypeError(f"{param} must be a string ({DEVICE_CHOICES}) or a torch.device; "
+                        f"got {type(device).__name__} {device!r}")
+    if dev.type not in ("cpu", "cuda", "meta"):
+        raise ValueError(f"{param} must be {DEVICE_CHOICES}; got {device!r}")
+    return dev
+
+
+def as_device(device: str | torch.device | None, param: str = "device") -> torch.device:
     """Parse a device argument with a clear error (None means `try_gpu()`)."""
     if device is None:
         return try_gpu()
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as e:
-        raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N'; got {device!r}") from e
+    dev = _parse(device, param)
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise ValueError(f"device {device!r} asked for, but this machine has no CUDA GPU")
+            raise ValueError(f"{param} {device!r} asked for, but this machine has no CUDA GPU "
+                             "(use 'cpu', or devices.try_gpu())")
         if dev.index is not None and dev.index >= num_gpus():
-            raise ValueError(f"device {device!r} does not exist: this machine has {num_gpus()} GPU(s)")
-    elif dev.type not in ("cpu", "meta"):
-        raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N'; got {device!r}")
+            raise ValueError(f"{param} {device!r} does not exist: this machine has {num_gpus()} GPU(s), "
+                             f"cuda:0 ... cuda:{num_gpus() - 1}")
     return dev
 
 
 def synchronize(device: str | torch.device | None = None) -> None:
     """Wait until queued work on `device` is done (a no-op on the CPU, which runs eagerly)."""
-    dev = torch.device(device) if device is not None else None
+    if isinstance(device, torch.device) and device.type == "cpu":
+        return  # the hot path in training loops: nothing to wait for
+    dev = as_device(device) if device is not None else None
     if dev is None:
         if torch.cuda.is_available():
             torch.cuda.synchronize()
@@ -67,7 +86,7 @@ def bf16_supported(device: str | torch.device = "cpu") -> bool:
     """True when `device` advertises bf16 arithmetic (GPU: native support; CPU: the avx512_bf16
     or amx_bf16 instruction flags). Whether PyTorch's kernels actually run faster in bf16 on a
     given CPU is another matter: notebook 07 measures it instead of trusting the flag."""
-    dev = torch.device(device)
+    dev = _parse(device)
     if dev.type == "cuda":
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
     flags = _cpu_flags()
@@ -131,7 +150,14 @@ def hardware_summary() -> dict[str, Any]:
 
 def describe_hardware(summary: dict[str, Any] | None = None) -> str:
     """A short human-readable version of `hardware_summary()`; printed and returned."""
+    if summary is not None and not isinstance(summary, dict):
+        raise TypeError(f"describe_hardware: summary must be the dict from hardware_summary() or None; "
+                        f"got {type(summary).__name__}")
     s = summary or hardware_summary()
+    missing = {"cpu", "cpu_cores_usable", "cpu_cores_logical", "ram_gib", "cpu_bf16_instructions",
+               "torch", "cuda_version", "torch_threads", "gpus"} - set(s)
+    if missing:
+        raise ValueError(f"describe_hardware: summary lacks {sorted(missing)}; pass hardware_summary()'s dict")
     lines = [
         f"CPU   : {s['cpu']} ({s['cpu_cores_usable']} usable cores, {s['cpu_cores_logical']} logical)",
         f"RAM   : {s['ram_gib']} GiB",
@@ -154,7 +180,7 @@ def describe_hardware(summary: dict[str, Any] | None = None) -> str:
 
 def device_name(device: str | torch.device | None = None) -> str:
     """'NVIDIA H100 80GB HBM3' for a GPU, the CPU's model name otherwise."""
-    dev = torch.device(device) if device is not None else try_gpu()
+    dev = as_device(device)
     if dev.type == "cuda":
         return torch.cuda.get_device_name(dev)
     return _cpu_name()

@@ -24,10 +24,12 @@ from pathlib import Path
 import numpy as np
 import torch
 import torchvision
+from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms as T
 
 from . import data, paths, synthetic
+from .devices import as_device
 
 # Per-channel statistics of the real CIFAR-10 training set (the usual constants).
 CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
@@ -112,7 +114,21 @@ def image_folder(root: str | Path, transform=None) -> torchvision.datasets.Image
             f"root: the image folder {str(root)!r} does not exist (or is not a directory); "
             "write one with helpers.pipelines.prepare_image_folder()")
     # allow_empty: a small sample may miss a class; the folder for it still fixes the label ids
-    return torchvision.datasets.ImageFolder(str(root), transform=transform, allow_empty=True)
+    return torchvision.datasets.ImageFolder(str(root), transform=transform, allow_empty=True,
+                                            loader=load_image)
+
+
+def load_image(path: str) -> Image.Image:
+    """torchvision's default PIL loader, but a damaged file (truncated copy, not an image) is
+    named in the error: PIL's own message ('image file is truncated') does not say which file.
+    Module level, so it pickles for `spawn` workers."""
+    try:
+        with open(path, "rb") as f:
+            img = Image.open(f)
+            return img.convert("RGB")
+    except (OSError, SyntaxError, ValueError) as e:
+        raise RuntimeError(f"image file {path} cannot be decoded ({e}); it is truncated or not an "
+                           "image: write the folder again (prepare_image_folder) or delete the file") from e
 
 
 class PerSampleTensorDataset(Dataset):
@@ -140,6 +156,8 @@ def tensor_train_transform(*, pad: int = 4, crop: int = 32, flip: bool = True,
     """The same recipe as `cifar_train_transform`, per sample on a uint8 tensor (torchvision v2)."""
     from torchvision.transforms import v2
 
+    _positive_int("crop", crop)
+    _positive_int("pad", pad, low=0)
     steps: list = [v2.RandomCrop(crop, padding=pad)]
     if flip:
         steps.append(v2.RandomHorizontalFlip())
@@ -195,8 +213,13 @@ def consume(batches: Iterable, device: str | torch.device | None = None,
     the number of samples. The device is synchronised at the end so copies are counted.
     `step_seconds` sleeps after each batch, a stand-in for a training step (workers then fill
     their prefetch queues, as they do in training)."""
+    if not isinstance(batches, Iterable):
+        raise TypeError(f"consume: batches must be iterable (a DataLoader, a list of (x, y)), "
+                        f"got {type(batches).__name__}")
+    if limit is not None:
+        _positive_int("limit", limit)
     n = 0
-    dev = torch.device(device) if device is not None else None
+    dev = as_device(device, "consume: device") if device is not None else None
     for i, (x, _y) in enumerate(batches):
         if dev is not None and x.device != dev:
             x = x.to(dev, non_blocking=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import matplotlib
@@ -31,6 +32,9 @@ class LivePlot:
 
     def __init__(self, legend: Sequence[str], *, xlabel: str = "epoch", ylabel: str = "",
                  title: str = "", figsize: tuple[float, float] = (5, 3.2)) -> None:
+        if isinstance(legend, str) or not all(isinstance(k, str) for k in legend):
+            raise TypeError(f"LivePlot: legend must be a list of curve names such as ['train loss'], "
+                            f"got {legend!r}")
         if not legend:
             raise ValueError("LivePlot: legend must name at least one curve")
         self.legend = list(legend)
@@ -54,10 +58,11 @@ class LivePlot:
         unknown = set(values) - set(self.legend)
         if unknown:
             raise ValueError(f"LivePlot.add: unknown curve(s) {sorted(unknown)}; known: {self.legend}")
+        x = _number("LivePlot.add: x", x)
         for k, v in values.items():
             if v is not None:
-                self.xs[k].append(float(x))
-                self.ys[k].append(float(v))
+                self.xs[k].append(x)
+                self.ys[k].append(_number(f"LivePlot.add: value of {k!r}", v))
         self.redraw()
 
     def redraw(self) -> None:
@@ -75,6 +80,13 @@ class LivePlot:
             self._handle.update(self.fig)
 
 
+def _number(what: str, v: object) -> float:
+    """`v` as a float, or an error that says which value was not a number."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) and not hasattr(v, "__float__"):
+        raise TypeError(f"{what} must be a number, got {type(v).__name__} {v!r}")
+    return float(v)
+
+
 def _ratios(values: Sequence[float], baseline: int, higher_is_better: bool) -> list[float]:
     b = values[baseline]
     if higher_is_better:
@@ -88,6 +100,12 @@ def bar_compare(labels: Sequence[str], values: Sequence[float], *, unit: str,
     """Bars labelled with their ratio to the baseline bar ("2.4x" means 2.4 times better)."""
     if len(labels) != len(values) or not values:
         raise ValueError("bar_compare: labels and values must be non-empty and the same length")
+    values = [_number(f"bar_compare: values[{i}] ({labels[i]!r})", v) for i, v in enumerate(values)]
+    bad = [labels[i] for i, v in enumerate(values) if not math.isfinite(v) or v < 0]
+    if bad:
+        raise ValueError(f"bar_compare: values must be finite and >= 0; not so for {bad}")
+    if not isinstance(baseline, int) or isinstance(baseline, bool):
+        raise TypeError(f"bar_compare: baseline must be the int index of a bar, got {baseline!r}")
     if not 0 <= baseline < len(values):
         raise ValueError(f"bar_compare: baseline must index a bar (0..{len(values) - 1}), got {baseline}")
     if values[baseline] <= 0:
@@ -117,10 +135,13 @@ def waterfall(steps: Sequence[tuple[str, float]], *, unit: str = "s / epoch", ti
     step's value to its own, labelled with its cumulative speed-up over the reference."""
     if not steps:
         raise ValueError("waterfall: give at least one (label, value) step")
-    labels = [s[0] for s in steps]
-    values = [float(s[1]) for s in steps]
-    if any(v <= 0 for v in values):
-        raise ValueError("waterfall: every value must be positive")
+    for i, s in enumerate(steps):
+        if isinstance(s, str) or len(s) != 2:
+            raise ValueError(f"waterfall: steps[{i}] must be a (label, value) pair, got {s!r}")
+    labels = [str(s[0]) for s in steps]
+    values = [_number(f"waterfall: value of step {s[0]!r}", s[1]) for s in steps]
+    if any(not math.isfinite(v) or v <= 0 for v in values):
+        raise ValueError(f"waterfall: every value must be positive and finite, got {values}")
     if ax is None:
         fig, ax = plt.subplots(figsize=(max(5.0, 1.0 * len(steps) + 2), 3.8))
     else:

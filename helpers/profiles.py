@@ -44,6 +44,11 @@ class Profile:
     name: str
     shrunk: list[str] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        if self.name not in PROFILES:
+            raise ValueError(f"Profile: name must be one of {', '.join(PROFILES)} (use profiles.active() "
+                             f"to resolve 'auto'); got {self.name!r}")
+
     @property
     def is_smoke(self) -> bool:
         return self.name == "smoke"

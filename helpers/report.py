@@ -40,6 +40,8 @@ def _reference_sets() -> list[tuple[str, list[dict[str, Any]]]]:
 def build(results: list[dict[str, Any]], run_log: dict[str, Any] | None = None,
           references: list[tuple[str, list[dict[str, Any]]]] | None = None) -> dict[str, Any]:
     """Everything the report shows, as plain data (tests check this; renderers format it)."""
+    if not isinstance(results, list) or not all(isinstance(r, dict) and "notebook" in r for r in results):
+        raise TypeError("build: results must be a list of result dicts, as results.load_all() returns")
     references = _reference_sets() if references is None else references
     verdicts = {v["claim"]: {**v, "notebook": r["notebook"]} for r in results for v in r.get("verdicts", [])}
     ref_verdicts: dict[str, dict[str, Any]] = {}
@@ -161,6 +163,9 @@ def to_html(markdown_text: str, results_dir: Path) -> str:
 def write(build_dir: Path | None = None) -> Path:
     """Write `report.md` and `report.html` into the build folder; return the HTML path."""
     build_dir = Path(build_dir) if build_dir is not None else paths.build_dir()
+    if not build_dir.is_dir():
+        raise FileNotFoundError(f"report.write: build_dir {build_dir} does not exist; run the notebooks "
+                                "first (make run), or pass the folder that holds results/")
     results_dir = build_dir / "results"
     log_path = build_dir / "run.json"
     run_log = json.loads(log_path.read_text()) if log_path.exists() else {}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -21,14 +22,18 @@ from typing import Any
 from . import paths
 from .claims import CLAIMS, VERDICT_KINDS
 from .devices import hardware_summary
-from .profiles import Profile
+from .profiles import PROFILES, Profile
 
 
 class Recorder:
     def __init__(self, notebook: str, profile: Profile | str | None = None,
                  directory: str | Path | None = None) -> None:
-        if not isinstance(notebook, str) or not notebook.strip():
-            raise ValueError("Recorder: notebook must be a non-empty name like '01_data_loading'")
+        if not isinstance(notebook, str) or not re.fullmatch(r"[A-Za-z0-9][\w.-]*", notebook):
+            raise ValueError("Recorder: notebook must be a non-empty file name like '01_data_loading' "
+                             f"(letters, digits, _ . -; no folders); got {notebook!r}")
+        if not (profile is None or isinstance(profile, Profile) or isinstance(profile, str) and profile):
+            raise TypeError(f"Recorder: profile must be a Profile, a profile name such as "
+                            f"{' or '.join(repr(p) for p in PROFILES)}, or None; got {profile!r}")
         self.notebook = notebook
         self.directory = Path(directory) if directory is not None else paths.results_dir()
         self.path = self.directory / f"{notebook}.json"
@@ -46,6 +51,8 @@ class Recorder:
 
     def data_source(self, dataset: str, *, synthetic: bool, detail: str = "") -> None:
         """Say which data the numbers come from; synthetic data is labelled in the report."""
+        if not isinstance(dataset, str) or not dataset:
+            raise ValueError(f"data_source: dataset must be a non-empty name like 'cifar10', got {dataset!r}")
         self.data["data_sources"][dataset] = {"synthetic": bool(synthetic), "detail": detail}
         self.save()
 
@@ -56,9 +63,15 @@ class Recorder:
             raise ValueError("measure: name must be a non-empty string")
         if not isinstance(unit, str):
             raise ValueError(f"measure: unit must be a string such as 's' or 'samples/s', got {unit!r}")
+        if isinstance(value, (str, bytes, bool)) or not hasattr(value, "__float__"):
+            raise TypeError(f"measure: value for {name!r} must be a number, got {value!r}")
         value = float(value)
         if math.isnan(value):
             raise ValueError(f"measure: value for {name!r} is NaN")
+        if ratio is not None:
+            if isinstance(ratio, (str, bytes, bool)) or not hasattr(ratio, "__float__"):
+                raise TypeError(f"measure: ratio for {name!r} must be a number or None, got {ratio!r}")
+            ratio = float(ratio)
         entry = {"name": name, "value": value, "unit": unit, "ratio": ratio, "note": note, **extra}
         self.data["measurements"] = [m for m in self.data["measurements"] if m["name"] != name]
         self.data["measurements"].append(entry)
@@ -70,14 +83,15 @@ class Recorder:
 
     def verdict(self, claim: str, verdict: str, *, figure: str, detail: str = "") -> None:
         """Record the verdict on a ledger claim (`L1` ... `L23`) with the figure behind it."""
-        if claim not in CLAIMS:
+        if not isinstance(claim, str) or claim not in CLAIMS:
             raise ValueError(f"verdict: unknown claim {claim!r}; valid ids are L1 ... L{len(CLAIMS)}")
-        if not any(verdict.startswith(k) for k in VERDICT_KINDS):
+        if not isinstance(verdict, str) or not any(verdict.startswith(k) for k in VERDICT_KINDS):
             raise ValueError(
                 f"verdict for {claim}: must start with one of {', '.join(VERDICT_KINDS)}; got {verdict!r}"
             )
-        if not figure:
-            raise ValueError(f"verdict for {claim}: give the measured figure behind it")
+        if not isinstance(figure, str) or not figure:
+            raise ValueError(f"verdict for {claim}: figure must be the measured figure behind it "
+                             f"(a non-empty string), got {figure!r}")
         synthetic = any(s["synthetic"] for s in self.data["data_sources"].values())
         entry = {"claim": claim, "verdict": verdict, "figure": figure, "detail": detail,
                  "synthetic_data": synthetic}
@@ -89,6 +103,10 @@ class Recorder:
 
     def figure(self, fig: Any, name: str) -> Path:
         """Save a matplotlib figure next to the results, for the HTML report."""
+        if not callable(getattr(fig, "savefig", None)):
+            raise TypeError(f"figure: fig must be a matplotlib Figure, got {type(fig).__name__}")
+        if not isinstance(name, str) or not re.fullmatch(r"[\w.-]+", name):
+            raise ValueError(f"figure: name must be a short file name (letters, digits, _ . -), got {name!r}")
         fig_dir = self.directory / "figures"
         fig_dir.mkdir(parents=True, exist_ok=True)
         path = fig_dir / f"{self.notebook}__{name}.png"

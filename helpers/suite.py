@@ -26,11 +26,20 @@ NOTEBOOKS = paths.ROOT / "notebooks"
 
 
 def notebook_paths(pattern: str = "*") -> list[Path]:
+    if not isinstance(pattern, str) or not pattern:
+        raise ValueError(f"notebook_paths: pattern must be a glob of notebook names such as '0[01]_*', "
+                         f"got {pattern!r}")
     return sorted(p for p in NOTEBOOKS.glob(f"{pattern}.ipynb") if p.stem[:2].isdigit())
 
 
 def execute(nb_path: Path, out_dir: Path, timeout: int) -> dict:
     """Run one notebook in a fresh kernel (cwd = notebooks/) and save the executed copy."""
+    if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout < 1:
+        raise ValueError(f"execute: timeout must be a positive int (seconds per cell), got {timeout!r}")
+    nb_path, out_dir = Path(nb_path), Path(out_dir)
+    if not nb_path.is_file():
+        raise FileNotFoundError(f"execute: nb_path {nb_path} is not a notebook file")
+    out_dir.mkdir(parents=True, exist_ok=True)
     nb = nbformat.read(nb_path, as_version=4)
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
                             resources={"metadata": {"path": str(NOTEBOOKS)}})

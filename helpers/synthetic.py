@@ -28,10 +28,12 @@ MARKER = "SYNTHETIC.json"
 def class_images(n: int, height: int, width: int, channels: int = 1, *, num_classes: int = 10,
                  seed: int = 0, label_noise: float = 0.05, noise: float = 0.35) -> tuple[np.ndarray, np.ndarray]:
     """`n` uint8 images (N, H, W, C) and int64 labels from class prototypes (see module doc)."""
-    if not isinstance(n, int) or n < 1:
-        raise ValueError(f"class_images: n must be a positive int, got {n!r}")
-    if not 0 <= label_noise < 1:
+    _positive_ints("class_images", n=n, height=height, width=width, channels=channels,
+                   num_classes=num_classes)
+    if not isinstance(label_noise, (int, float)) or not 0 <= label_noise < 1:
         raise ValueError(f"class_images: label_noise must be in [0, 1), got {label_noise!r}")
+    if not isinstance(noise, (int, float)) or noise < 0:
+        raise ValueError(f"class_images: noise must be a number >= 0 (pixel noise std), got {noise!r}")
     proto_rng = np.random.default_rng(12345)  # same prototypes for train and test splits
     lo_h, lo_w = -(-height // 4), -(-width // 4)
     protos = proto_rng.random((num_classes, lo_h, lo_w, channels), dtype=np.float32)
@@ -54,6 +56,12 @@ def class_images(n: int, height: int, width: int, channels: int = 1, *, num_clas
     return images, labels.astype(np.int64)
 
 
+def _positive_ints(where: str, minimum: int = 1, **values: object) -> None:
+    for name, v in values.items():
+        if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
+            raise ValueError(f"{where}: {name} must be an int >= {minimum}, got {v!r}")
+
+
 def _write_idx(path: Path, array: np.ndarray) -> None:
     """IDX format (Fashion-MNIST's): magic 0x0000 08 <ndim>, big-endian int32 dims, uint8 data."""
     header = struct.pack(">HBB", 0, 0x08, array.ndim) + struct.pack(f">{array.ndim}I", *array.shape)
@@ -66,6 +74,7 @@ def _marker(folder: Path, **info: object) -> None:
 
 def write_fashion_mnist(root: str | Path, n_train: int = 60000, n_test: int = 10000) -> Path:
     """Write `<root>/FashionMNIST/raw/*-ubyte` as torchvision's FashionMNIST expects them."""
+    _positive_ints("write_fashion_mnist", n_train=n_train, n_test=n_test)
     raw = Path(root) / "FashionMNIST" / "raw"
     raw.mkdir(parents=True, exist_ok=True)
     for prefix, n, seed in (("train", n_train, 1), ("t10k", n_test, 2)):
@@ -79,6 +88,8 @@ def write_fashion_mnist(root: str | Path, n_train: int = 60000, n_test: int = 10
 
 def write_cifar10(root: str | Path, n_train: int = 50000, n_test: int = 10000) -> Path:
     """Write `<root>/cifar-10-batches-py/` (5 pickled training batches, a test batch, meta)."""
+    _positive_ints("write_cifar10", n_test=n_test)
+    _positive_ints("write_cifar10", minimum=5, n_train=n_train)  # one image per training batch at least
     folder = Path(root) / "cifar-10-batches-py"
     folder.mkdir(parents=True, exist_ok=True)
     md5 = {}
@@ -117,6 +128,20 @@ def write_image_folder(root: str | Path, images: np.ndarray, labels: np.ndarray,
 
     if fmt not in ("png", "jpeg"):
         raise ValueError(f"write_image_folder: fmt must be 'png' or 'jpeg', got {fmt!r}")
+    images, labels = np.asarray(images), np.asarray(labels)
+    if images.dtype != np.uint8 or images.ndim != 4 or images.shape[-1] not in (1, 3):
+        raise ValueError("write_image_folder: images must be uint8 of shape (N, H, W, 1 or 3), got "
+                         f"{images.dtype} {images.shape}")
+    if labels.shape != (len(images),):
+        raise ValueError(f"write_image_folder: labels must hold one label per image ({len(images)}), "
+                         f"got shape {labels.shape}")
+    if isinstance(classes, str) or not classes:
+        raise ValueError(f"write_image_folder: classes must be a non-empty list of names, got {classes!r}")
+    if len(labels) and (labels.min() < 0 or labels.max() >= len(classes)):
+        raise ValueError(f"write_image_folder: labels must be in 0..{len(classes) - 1} (one per class "
+                         f"name), got {labels.min()}..{labels.max()}")
+    if fmt == "jpeg" and (not isinstance(quality, int) or not 1 <= quality <= 95):
+        raise ValueError(f"write_image_folder: quality must be an int in 1..95, got {quality!r}")
     root = Path(root)
     for c in classes:
         (root / c).mkdir(parents=True, exist_ok=True)
@@ -129,4 +154,6 @@ def write_image_folder(root: str | Path, images: np.ndarray, labels: np.ndarray,
 
 
 def is_synthetic(folder: str | Path) -> bool:
+    if not isinstance(folder, (str, Path)):
+        raise TypeError(f"is_synthetic: folder must be a path (str or Path), got {type(folder).__name__}")
     return (Path(folder) / MARKER).exists()

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.utils.benchmark as tb
 
-from .devices import synchronize
+from .devices import as_device, synchronize
 
 
 class Timer:
@@ -28,7 +28,8 @@ class Timer:
     """
 
     def __init__(self, device: str | torch.device | None = None) -> None:
-        self.device = device
+        # None: synchronise every GPU there is; otherwise checked now, not at the first stop().
+        self.device = as_device(device, "Timer: device") if device is not None else None
         self.times: list[float] = []
         self._tik: float | None = None
         self.start()
@@ -76,6 +77,11 @@ class Measurement:
 
     def per_second(self, items: float) -> float:
         """Throughput when one call processes `items` items (samples, bytes, ...)."""
+        if not isinstance(items, (int, float)) or isinstance(items, bool) or items < 0:
+            raise ValueError(f"per_second: items must be a number >= 0 (items per call), got {items!r}")
+        if self.median <= 0:
+            raise ValueError(f"per_second: {self.label!r} has a median of {self.median} s, too short to "
+                             "turn into a rate; time more work per call (benchmark(number=...))")
         return items / self.median
 
     def as_dict(self) -> dict:

@@ -95,7 +95,7 @@ def resolve_precision(precision: str, device: str | torch.device, *, warn: bool 
     if not isinstance(precision, str) or precision.strip().lower() not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
     p = precision.strip().lower()
-    dev = torch.device(device)
+    dev = devices.as_device(device)
     if p == "fp32":
         return PrecisionPlan(p, "fp32", None, False)
     if p == "fp16":

@@ -1,0 +1,591 @@
+"""The failure sweep: bad input and faults get a clear error, nothing hangs, nothing is left behind.
+
+Three parts:
+1. `CASES`: every public function and class of `helpers` called with wrong types, zero or
+   negative sizes and unknown names. Each must raise the expected exception with a message that
+   names the parameter and what is allowed. **Adding a case is one line** in the table:
+   `case(callable, exception, message regex, *args, **kwargs)`; modules that later notebooks add
+   (training loop, pipelines, launch/DDP, profiling) get their own block of lines.
+2. A data set folder that is missing, empty, or holds a truncated or corrupt file: a clear error
+   naming the file, within a time limit.
+3. A loop over a multi-worker DataLoader interrupted by KeyboardInterrupt (in-process), and a
+   training run (`quick_train.train_steps`) in a subprocess stopped by SIGINT (to its process
+   group, as a terminal's Ctrl-C or Jupyter's interrupt does, or to its main process only), end
+   within a bounded time and leave no worker processes.
+
+Each case is one pytest item, so the count pytest reports is the count of cases tried.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+import psutil
+import pytest
+import torch
+from torch.utils.data import DataLoader
+from torchvision import transforms
+
+from helpers import (
+    batch_finder,
+    catalog,
+    data,
+    data_wait,
+    device_augment,
+    devices,
+    launch,
+    models,
+    paths,
+    pipelines,
+    plotting,
+    profiles,
+    quick_train,
+    report,
+    results,
+    suite,
+    synthetic,
+    timing,
+    training,
+    worker_memory,
+)
+
+
+@dataclass
+class Case:
+    fn: Any
+    exc: type[BaseException] | tuple[type[BaseException], ...]
+    match: str
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        name = getattr(self.fn, "__qualname__", repr(self.fn))
+        arg = ",".join([*(repr(a)[:20] for a in self.args),
+                        *(f"{k}={v!r}"[:24] for k, v in self.kwargs.items())])
+        return f"{name}({arg})"
+
+
+def case(fn: Any, exc: Any, match: str, *args: Any, **kwargs: Any) -> Case:
+    return Case(fn, exc, match, args, kwargs)
+
+
+# Objects that methods are called on (built lazily, inside the test, so that the Recorder
+# writes into the test's temporary build folder).
+def recorder(method: str):
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return getattr(results.Recorder("sweep"), method)(*args, **kwargs)
+    call.__qualname__ = f"Recorder.{method}"
+    return call
+
+
+def live_plot_add(*args: Any, **kwargs: Any) -> Any:
+    return plotting.LivePlot(["loss"]).add(*args, **kwargs)
+
+
+def measurement(median: float):
+    def per_second(*args: Any, **kwargs: Any) -> Any:
+        return timing.Measurement("m", median, 0.0, median, median, 1, [median]).per_second(*args, **kwargs)
+    per_second.__qualname__ = f"Measurement(median={median}).per_second"
+    return per_second
+
+
+class NotAModule:
+    pass
+
+
+def noop() -> None:
+    return None
+
+
+def first(gen_fn):
+    """For generator functions, whose checks run at the first `next()`."""
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return next(iter(gen_fn(*args, **kwargs)))
+    call.__qualname__ = f"next({gen_fn.__qualname__})"
+    return call
+
+
+def entered(cm_fn):
+    """For context managers, whose checks run on entering."""
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with cm_fn(*args, **kwargs):
+            pass
+    call.__qualname__ = f"with {cm_fn.__qualname__}"
+    return call
+
+
+UINT8_1 = np.zeros((1, 4, 4, 1), np.uint8)
+X4 = torch.zeros(4, 3, 8, 8, dtype=torch.uint8)
+Y4 = torch.zeros(4, dtype=torch.int64)
+DS4 = pipelines.PerSampleTensorDataset(X4, Y4)
+NO_GPU = devices.num_gpus() == 0
+POSITIVE = r"must be (a positive int|an int >= 1)"
+
+CASES = [
+    # --- models ----------------------------------------------------------------------------
+    case(models.resnet18, ValueError, r"resnet18: width must be a positive int, got 0", width=0),
+    case(models.resnet18, ValueError, r"resnet18: width must be a positive int, got -8", width=-8),
+    case(models.resnet18, ValueError, r"num_classes must be a positive int, got '10'", num_classes="10"),
+    case(models.resnet18, ValueError, r"in_channels must be a positive int, got 0", in_channels=0),
+    case(models.resnet18, ValueError, r"in_channels must be a positive int, got True", in_channels=True),
+    case(models.resnet18, ValueError, r"width must be a positive int, got 1.5", width=1.5),
+    case(models.Residual, ValueError, r"Residual: in_channels must be a positive int, got 0", 0, 8),
+    case(models.Residual, ValueError, r"Residual: num_channels must be a positive int, got 'a'", 4, "a"),
+    case(models.Residual, ValueError, r"Residual: strides must be a positive int, got 0", 4, 8, strides=0),
+    case(models.count_parameters, TypeError, r"net must be a torch.nn.Module, got int", 5),
+    case(models.count_parameters, TypeError, r"net must be a torch.nn.Module", NotAModule()),
+    # --- timing ----------------------------------------------------------------------------
+    case(timing.benchmark, TypeError, r"fn must be callable, got int", 5),
+    case(timing.benchmark, ValueError, r"repeats must be an int >= 1, got 0", noop, repeats=0),
+    case(timing.benchmark, ValueError, r"repeats must be an int >= 1, got -1", noop, repeats=-1),
+    case(timing.benchmark, ValueError, r"repeats must be an int >= 1, got 2.5", noop, repeats=2.5),
+    case(timing.benchmark, ValueError, r"warmup must be an int >= 0, got -1", noop, warmup=-1),
+    case(timing.benchmark, ValueError, r"number must be an int >= 1, got 0", noop, number=0),
+    case(timing.benchmark, ValueError, r"number must be an int >= 1, got '3'", noop, number="3"),
+    case(timing.Timer, ValueError, r"device must be 'cpu', 'cuda' or 'cuda:N'; got 'tpu'", device="tpu"),
+    case(timing.Timer, TypeError, r"device must be a string \('cpu', 'cuda' or 'cuda:N'\)", device=5),
+    case(measurement(1.0), ValueError, r"items must be a number >= 0", -5),
+    case(measurement(1.0), ValueError, r"items must be a number >= 0 .*got '64'", "64"),
+    case(measurement(0.0), ValueError, r"median of 0.0 s, too short .*number=", 64),
+    # --- plotting --------------------------------------------------------------------------
+    case(plotting.LivePlot, ValueError, r"legend must name at least one curve", []),
+    case(plotting.LivePlot, TypeError, r"legend must be a list of curve names", "loss"),
+    case(plotting.LivePlot, TypeError, r"legend must be a list of curve names", [1, 2]),
+    case(live_plot_add, ValueError, r"unknown curve\(s\) \['acc'\]; known: \['loss'\]", 1, {"acc": 0.5}),
+    case(live_plot_add, TypeError, r"value of 'loss' must be a number, got str", 1, {"loss": "low"}),
+    case(live_plot_add, TypeError, r"x must be a number, got str", "one", {"loss": 0.5}),
+    case(plotting.bar_compare, ValueError, r"labels and values must be non-empty and the same length", [], [], unit="s"),
+    case(plotting.bar_compare, ValueError, r"labels and values must be non-empty and the same length", ["a"], [1, 2], unit="s"),
+    case(plotting.bar_compare, ValueError, r"baseline must index a bar \(0..1\), got 5", ["a", "b"], [1, 2], unit="s", baseline=5),
+    case(plotting.bar_compare, ValueError, r"baseline must index a bar \(0..1\), got -1", ["a", "b"], [1, 2], unit="s", baseline=-1),
+    case(plotting.bar_compare, TypeError, r"baseline must be the int index of a bar, got '0'", ["a", "b"], [1, 2], unit="s", baseline="0"),
+    case(plotting.bar_compare, ValueError, r"the baseline value must be positive", ["a", "b"], [0, 2], unit="s"),
+    case(plotting.bar_compare, TypeError, r"values\[0\] \('a'\) must be a number, got str", ["a", "b"], ["1", 2], unit="s"),
+    case(plotting.bar_compare, ValueError, r"values must be finite and >= 0; not so for \['b'\]", ["a", "b"], [1, float("nan")], unit="s"),
+    case(plotting.bar_compare, ValueError, r"values must be finite and >= 0; not so for \['b'\]", ["a", "b"], [1, -2], unit="s"),
+    case(plotting.waterfall, ValueError, r"give at least one \(label, value\) step", []),
+    case(plotting.waterfall, ValueError, r"every value must be positive", [("a", 0)]),
+    case(plotting.waterfall, ValueError, r"every value must be positive", [("a", 2), ("b", -1)]),
+    case(plotting.waterfall, ValueError, r"steps\[0\] must be a \(label, value\) pair", [("a",)]),
+    case(plotting.waterfall, TypeError, r"value of step 'a' must be a number, got str", [("a", "x")]),
+    # --- devices ---------------------------------------------------------------------------
+    case(devices.try_gpu, ValueError, r"i must be an int >= 0, got -1", -1),
+    case(devices.try_gpu, ValueError, r"i must be an int >= 0, got '0'", "0"),
+    case(devices.as_device, ValueError, r"device must be 'cpu', 'cuda' or 'cuda:N'; got 'tpu'", "tpu"),
+    case(devices.as_device, ValueError, r"device must be 'cpu', 'cuda' or 'cuda:N'; got 'gpu0'", "gpu0"),
+    case(devices.as_device, TypeError, r"device must be a string \('cpu', 'cuda' or 'cuda:N'\) or a torch.device; got float", 3.5),
+    case(devices.as_device, ValueError, r"device 'cuda:99' does not exist: this machine has \d+ GPU|no CUDA GPU", "cuda:99"),
+    case(devices.synchronize, ValueError, r"device must be 'cpu', 'cuda' or 'cuda:N'; got 'tpu'", "tpu"),
+    case(devices.synchronize, TypeError, r"device must be a string", 5),
+    case(devices.synchronize, ValueError, r"'cuda:99' does not exist|no CUDA GPU", "cuda:99"),
+    case(devices.bf16_supported, ValueError, r"device must be 'cpu', 'cuda' or 'cuda:N'; got 'tpu'", "tpu"),
+    case(devices.bf16_supported, TypeError, r"device must be a string .* got NoneType", None),
+    case(devices.device_name, ValueError, r"device must be 'cpu', 'cuda' or 'cuda:N'; got 'tpu'", "tpu"),
+    case(devices.describe_hardware, TypeError, r"summary must be the dict from hardware_summary\(\) or None; got int", 5),
+    case(devices.describe_hardware, ValueError, r"summary lacks \[.*'ram_gib'.*\]", {"cpu": "x"}),
+    *([case(devices.as_device, ValueError, r"device 'cuda' asked for, but this machine has no CUDA GPU", "cuda"),
+       case(devices.device_name, ValueError, r"no CUDA GPU", "cuda:0")] if NO_GPU else []),
+    # --- data ------------------------------------------------------------------------------
+    case(data.load, ValueError, r"unknown data set 'imagenet': valid names are fashion-mnist, cifar10", "imagenet"),
+    case(data.load, ValueError, r"unknown data set 5: valid names are fashion-mnist, cifar10", 5),
+    case(data.load, ValueError, r"source must be one of auto, real, synthetic; got 'web'", "cifar10", source="web"),
+    case(data.load, TypeError, r"train must be True \(training split\) or False \(test split\); got 'yes'", "cifar10", train="yes"),
+    case(data.load, TypeError, r"transform must be callable .* or None; got 5", "fashion-mnist", transform=5),
+    case(data.load, TypeError, r"root must be a folder path \(str or Path\) or None; got int", "fashion-mnist", root=7),
+    case(data.fashion_mnist, ValueError, r"source must be one of auto, real, synthetic; got 'x'", source="x"),
+    case(data.cifar10, TypeError, r"train must be True .* got 1", 1),
+    case(data.describe, TypeError, r"ds must be a data set from helpers.data.load\(\), got int", 5),
+    case(data.as_tensors, TypeError, r"ds must be a data set from helpers.data.load\(\) .* got list", [1, 2]),
+    case(data.diagnose, ValueError, r"unknown data set 'mnist': valid names are fashion-mnist, cifar10", "mnist", "."),
+    case(data.diagnose, TypeError, r"root must be a folder path \(str or Path\) or None; got int", "cifar10", 5),
+    case(data.online, ValueError, r"url must be an http\(s\) URL string .* got 5", 5),
+    case(data.online, ValueError, r"url must be an http\(s\) URL string .* got 'not a url'", "not a url"),
+    case(data.online, ValueError, r"timeout must be a positive number of seconds, got 0", "https://example.org/", timeout=0),
+    # --- synthetic -------------------------------------------------------------------------
+    case(synthetic.class_images, ValueError, r"class_images: n " + POSITIVE + r", got 0", 0, 8, 8),
+    case(synthetic.class_images, ValueError, r"class_images: n " + POSITIVE + r", got -3", -3, 8, 8),
+    case(synthetic.class_images, ValueError, r"height " + POSITIVE + r", got 0", 4, 0, 8),
+    case(synthetic.class_images, ValueError, r"width " + POSITIVE + r", got -1", 4, 8, -1),
+    case(synthetic.class_images, ValueError, r"height " + POSITIVE + r", got '8'", 4, "8", 8),
+    case(synthetic.class_images, ValueError, r"channels " + POSITIVE + r", got 0", 4, 8, 8, 0),
+    case(synthetic.class_images, ValueError, r"num_classes " + POSITIVE + r", got 0", 4, 8, 8, num_classes=0),
+    case(synthetic.class_images, ValueError, r"noise must be a number >= 0 .* got -1", 4, 8, 8, noise=-1),
+    case(synthetic.class_images, ValueError, r"label_noise must be in \[0, 1\), got 2", 4, 8, 8, label_noise=2),
+    case(synthetic.write_fashion_mnist, ValueError, r"n_train " + POSITIVE + r", got 0", "unused", n_train=0),
+    case(synthetic.write_cifar10, ValueError, r"n_test " + POSITIVE + r", got -5", "unused", n_test=-5),
+    case(synthetic.write_cifar10, ValueError, r"n_train must be an int >= 5, got 3", "unused", n_train=3),
+    case(synthetic.write_image_folder, ValueError, r"fmt must be 'png' or 'jpeg', got 'gif'", "unused", UINT8_1, np.array([0]), ["a"], fmt="gif"),
+    case(synthetic.write_image_folder, ValueError, r"labels must be in 0..0 .* got 3..3", "unused", UINT8_1, np.array([3]), ["a"]),
+    case(synthetic.write_image_folder, ValueError, r"labels must hold one label per image \(2\)", "unused", np.zeros((2, 4, 4, 1), np.uint8), np.array([0]), ["a"]),
+    case(synthetic.write_image_folder, ValueError, r"images must be uint8 of shape \(N, H, W, 1 or 3\), got float32", "unused", UINT8_1.astype(np.float32), np.array([0]), ["a"]),
+    case(synthetic.write_image_folder, ValueError, r"classes must be a non-empty list of names", "unused", UINT8_1, np.array([0]), []),
+    case(synthetic.write_image_folder, ValueError, r"quality must be an int in 1..95, got 0", "unused", UINT8_1, np.array([0]), ["a"], fmt="jpeg", quality=0),
+    case(synthetic.is_synthetic, TypeError, r"folder must be a path \(str or Path\), got int", 5),
+    # --- profiles --------------------------------------------------------------------------
+    case(profiles.resolve, ValueError, r"unknown profile 'fast': valid profiles are smoke, full, auto", "fast"),
+    case(profiles.resolve, TypeError, r"profile must be a string, one of smoke, full, auto; got 5", 5),
+    case(profiles.active, ValueError, r"unknown profile 'tiny': valid profiles are smoke, full, auto", "tiny"),
+    case(profiles.Profile, ValueError, r"name must be one of smoke, full .* got 'fast'", "fast"),
+    case(profiles.Profile, ValueError, r"name must be one of smoke, full .* got 'auto'", "auto"),
+    # --- results ---------------------------------------------------------------------------
+    case(results.Recorder, ValueError, r"notebook must be a non-empty file name like '01_data_loading'", ""),
+    case(results.Recorder, ValueError, r"notebook must be a non-empty file name .* got 5", 5),
+    case(results.Recorder, ValueError, r"no folders\); got '../escape'", "../escape"),
+    case(results.Recorder, TypeError, r"profile must be a Profile, a profile name such as 'smoke' or 'full', or None; got 5", "x", profile=5),
+    case(results.Recorder, TypeError, r"profile must be a Profile, a profile name .* got ''", "x", profile=""),
+    case(recorder("verdict"), ValueError, r"unknown claim 'L99'; valid ids are L1 ... L23", "L99", "holds", figure="1x"),
+    case(recorder("verdict"), ValueError, r"unknown claim 3", 3, "holds", figure="1x"),
+    case(recorder("verdict"), ValueError, r"must start with one of holds, holds only when, does not hold here, needs a GPU, needs >=2 GPUs, needs the real data set; got 'true'", "L1", "true", figure="1x"),
+    case(recorder("verdict"), ValueError, r"must start with one of holds, .*; got 5", "L1", 5, figure="1x"),
+    case(recorder("verdict"), ValueError, r"figure must be the measured figure behind it", "L1", "holds", figure=""),
+    case(recorder("measure"), ValueError, r"value for 'a' is NaN", "a", float("nan"), "s"),
+    case(recorder("measure"), TypeError, r"value for 'a' must be a number, got 'fast'", "a", "fast", "s"),
+    case(recorder("measure"), ValueError, r"unit must be a string such as 's' or 'samples/s', got 5", "a", 1, 5),
+    case(recorder("measure"), ValueError, r"name must be a non-empty string", "", 1, "s"),
+    case(recorder("measure"), TypeError, r"ratio for 'a' must be a number or None, got 'x'", "a", 1, "s", ratio="x"),
+    case(recorder("data_source"), ValueError, r"dataset must be a non-empty name like 'cifar10'", "", synthetic=True),
+    case(recorder("figure"), TypeError, r"fig must be a matplotlib Figure, got int", 5, "curve"),
+    case(recorder("figure"), ValueError, r"name must be a short file name .* got ''", plt.figure, ""),
+    case(recorder("figure"), ValueError, r"name must be a short file name .* got 'a/b'", plt.figure, "a/b"),
+    # --- report ----------------------------------------------------------------------------
+    case(report.build, TypeError, r"results must be a list of result dicts, as results.load_all\(\) returns", 5),
+    case(report.build, TypeError, r"results must be a list of result dicts", [{"no": "notebook"}]),
+    case(report.write, FileNotFoundError, r"build_dir .*does-not-exist does not exist; run the notebooks first", "/nonexistent/does-not-exist"),
+    # --- data_wait -------------------------------------------------------------------------
+    case(data_wait.DataWaitMeter, ValueError, r"sync_every must be an int >= 1, got 0", [], sync_every=0),
+    case(data_wait.DataWaitMeter, ValueError, r"sync_every must be an int >= 1, got -2", [], sync_every=-2),
+    case(data_wait.DataWaitMeter, TypeError, r"iterable must be iterable \(a DataLoader.*got int", 5),
+    case(data_wait.DataWaitMeter, ValueError, r"device must be 'cpu', 'cuda' or 'cuda:N'; got 'tpu'", [1], device="tpu"),
+    # --- suite -----------------------------------------------------------------------------
+    case(suite.main, ValueError, r"unknown profile 'fast': valid profiles are smoke, full, auto", ["--profile", "fast"]),
+    case(suite.notebook_paths, ValueError, r"pattern must be a glob of notebook names .* got ''", ""),
+    case(suite.execute, ValueError, r"timeout must be a positive int \(seconds per cell\), got 0", Path("x.ipynb"), Path("out"), 0),
+    case(suite.execute, FileNotFoundError, r"nb_path .*missing.ipynb is not a notebook file", Path("/nonexistent/missing.ipynb"), Path("out"), 10),
+    # --- catalog ---------------------------------------------------------------------------
+    case(catalog.load, FileNotFoundError, r"catalog: path .*nothere.toml is not a file", "/nonexistent/nothere.toml"),
+    case(catalog.runtime_table, TypeError, r"entries must be the list of dicts catalog.load\(\) returns", 5),
+    case(catalog.runtime_table, TypeError, r"entries must be the list of dicts", [{"title": "no file"}]),
+    case(catalog.render_readme, ValueError, r"the README must hold the markers", "text", []),
+    # --- pipelines (notebooks 02-03) --------------------------------------------------------
+    case(pipelines.prepare_image_folder, ValueError, r"fmt must be one of png, jpeg; got 'gif'", 8, fmt="gif"),
+    case(pipelines.prepare_image_folder, ValueError, r"n must be an int >= 1, got 0", 0),
+    case(pipelines.image_folder, FileNotFoundError, r"root: the image folder '/nonexistent/q' does not exist", "/nonexistent/q"),
+    case(pipelines.PerSampleTensorDataset, ValueError, r"x must be a uint8 tensor of shape \(N, C, H, W\)", X4.float(), Y4),
+    case(pipelines.PerSampleTensorDataset, ValueError, r"x and y must have the same length, got 4 and 2", X4, Y4[:2]),
+    case(pipelines.make_loader, TypeError, r"dataset must be a map-style Dataset, got int", 5, batch_size=2),
+    case(pipelines.make_loader, ValueError, r"batch_size must be an int >= 1, got 0", DS4, batch_size=0),
+    case(pipelines.make_loader, ValueError, r"num_workers must be an int >= 0, got -1", DS4, batch_size=2, num_workers=-1),
+    case(pipelines.make_loader, ValueError, r"persistent_workers=True needs num_workers >= 1", DS4, batch_size=2, persistent_workers=True),
+    case(pipelines.make_loader, ValueError, r"multiprocessing_context must be one of .*'fork', 'spawn', 'forkserver'.*got 'thread'", DS4, batch_size=2, num_workers=1, multiprocessing_context="thread"),
+    case(pipelines.reencode_jpeg, ValueError, r"quality must be an int in 1..100, got 0", X4, quality=0),
+    case(pipelines.time_epochs, ValueError, r"time_epochs: repeats must be an int >= 1, got 0", noop, repeats=0),
+    case(pipelines.time_loader, ValueError, r"batch_size must be an int >= 1, got 0", DS4, batch_size=0),
+    case(entered(pipelines.intra_op_threads), ValueError, r"intra_op_threads: n must be an int >= 1, got 0", 0),
+    case(pipelines.cifar_train_transform, ValueError, r"crop must be an int >= 1, got 0", crop=0),
+    case(pipelines.tensor_train_transform, ValueError, r"crop must be an int >= 1, got 0", crop=0),
+    case(pipelines.tensor_train_transform, ValueError, r"pad must be an int >= 0, got -1", pad=-1),
+    case(pipelines.consume, TypeError, r"consume: batches must be iterable .* got int", 5),
+    case(pipelines.consume, ValueError, r"consume: device must be 'cpu', 'cuda' or 'cuda:N'; got 'tpu'", [], device="tpu"),
+    case(pipelines.consume, ValueError, r"limit must be an int >= 1, got 0", [], limit=0),
+    # --- device_augment, worker_memory, quick_train ------------------------------------------
+    case(device_augment.DeviceAugment, ValueError, r"DeviceAugment: crop must be an int >= 1, got 0", crop=0),
+    case(device_augment.DeviceAugment, ValueError, r"DeviceAugment: pad must be an int >= 0, got -2", pad=-2),
+    case(device_augment.DeviceAugment, ValueError, r"give both mean and std, or neither", mean=None),
+    case(device_augment.DeviceAugment, ValueError, r"std must be positive", std=(0.0, 1.0, 1.0)),
+    case(first(device_augment.device_batches), ValueError, r"batch_size must be an int >= 1, got 0", X4, Y4, 0),
+    case(first(device_augment.device_batches), ValueError, r"x_uint8 must be a uint8 tensor of shape \(N, C, H, W\)", X4.float(), Y4, 2),
+    case(first(device_augment.device_batches), ValueError, r"y must be a tensor with one label per image \(4\)", X4, Y4[:1], 2),
+    case(device_augment.DeviceLoader, ValueError, r"batch_size must be an int >= 1, got 0", X4, Y4, 0),
+    case(worker_memory.WorkerMemorySampler, ValueError, r"interval must be > 0 seconds, got 0", interval=0),
+    case(worker_memory.batch_megabytes, ValueError, r"batch_size must be an int >= 1, got 0", 0, (3, 32, 32)),
+    case(worker_memory.claimed_worker_megabytes, ValueError, r"num_workers must be an int >= 0, got -1", 1.0, -1),
+    case(quick_train.small_cnn, ValueError, r"small_cnn: width must be a positive int, got 0", width=0),
+    case(quick_train.train_steps, ValueError, r"train_steps: steps must be an int >= 1, got 0", torch.nn.Linear(2, 2), [], steps=0),
+    case(quick_train.train_steps, ValueError, r"train_steps: batches yielded nothing", torch.nn.Linear(2, 2), [], steps=1),
+    # --- training, launch, batch_finder (notebooks 04-12) --------------------------------------
+    case(training.resolve_precision, ValueError, r"precision must be one of fp32, fp16, bf16; got 'fp8'", "fp8", "cpu"),
+    case(training.resolve_precision, ValueError, r"precision must be one of fp32, fp16, bf16; got 16", 16, "cpu"),
+    case(training.resolve_precision, ValueError, r"device must be 'cpu', 'cuda' or 'cuda:N'; got 'tpu'", "fp32", "tpu"),
+    case(launch.resolve_backend, ValueError, r"backend must be one of auto, gloo, nccl; got 'mpi'", "mpi", 2),
+    case(launch.launch, ValueError, r"nprocs must be an int >= 1; got 0", nprocs=0),
+    case(launch.launch, ValueError, r"timeout must be a positive number of seconds; got 0", timeout=0),
+    case(batch_finder.largest_batch, ValueError, r"start must be an int >= 1, got 0", noop, start=0),
+    case(batch_finder.largest_batch, TypeError, r"try_batch must be a callable batch_size -> bytes", 5),
+    case(batch_finder.largest_batch, ValueError, r"max_batch \(4\) must be >= start \(8\)", noop, start=8, max_batch=4),
+    case(batch_finder.largest_batch, ValueError, r"budget_bytes must be a positive number or None, got -1", noop, budget_bytes=-1),
+    # --- later notebooks' modules: one line per case, e.g.
+    # case(training.fit, ValueError, r"epochs must be an int >= 1", net, loader, epochs=0),
+]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("c", CASES, ids=[c.id for c in CASES])
+def test_bad_input_gives_a_clear_error(c: Case, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # relative paths in a case land in the test's folder
+    args = tuple(a() if a is plt.figure else a for a in c.args)  # a fresh figure per case
+    try:
+        with pytest.raises(c.exc, match=c.match):
+            c.fn(*args, **c.kwargs)
+    finally:
+        plt.close("all")
+
+
+def test_the_sweep_covers_every_public_helper():
+    """A new public function in these modules needs a line in CASES (or a reason below)."""
+    mods = (models, timing, plotting, devices, data, synthetic, profiles, results, report,
+            data_wait, suite, catalog)
+    # Functions with no argument that can be wrong, or whose inputs are checked elsewhere.
+    no_bad_input = {"devices.cpu", "devices.num_gpus", "devices.try_all_gpus",
+                    "devices.hardware_summary", "results.load_all", "report.to_markdown",
+                    "report.to_html", "timing.Measurement", "models.F", "models.nn",
+                    "plotting.plt", "data.Dataset", "data.urlparse", "catalog.main"}
+    covered = {f"{c.fn.__module__.split('.')[-1]}.{c.fn.__qualname__.split('.')[0]}"
+               for c in CASES if hasattr(c.fn, "__module__")}
+    covered |= {"results.Recorder", "plotting.LivePlot", "timing.Measurement"}
+    missing = []
+    for m in mods:
+        short = m.__name__.split(".")[-1]
+        for name, obj in vars(m).items():
+            if name.startswith("_") or not callable(obj) or getattr(obj, "__module__", None) != m.__name__:
+                continue
+            key = f"{short}.{name}"
+            if key not in covered and key not in no_bad_input:
+                missing.append(key)
+    assert not missing, f"public helpers without a failure-sweep case: {missing}"
+
+
+# --- 2. broken data set folders ---------------------------------------------------------------
+
+def _fashion(root: Path) -> Path:
+    synthetic.write_fashion_mnist(root, n_train=64, n_test=32)
+    return root / "FashionMNIST" / "raw"
+
+
+def _cifar(root: Path) -> Path:
+    synthetic.write_cifar10(root, n_train=50, n_test=20)
+    return root / "cifar-10-batches-py"
+
+
+def _truncate(path: Path, keep: int | None = None) -> None:
+    raw = path.read_bytes()
+    path.write_bytes(raw[: len(raw) // 2 if keep is None else keep])
+
+
+def _no_real_files(root: Path, name: str) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+
+
+def _real_fashion_truncated(root: Path, name: str) -> None:
+    raw = _fashion(root / "tmp")  # the synthetic writer makes real-format files; drop the marker
+    (root / "FashionMNIST").mkdir(parents=True)
+    raw.rename(root / "FashionMNIST" / "raw")
+    _truncate(root / "FashionMNIST" / "raw" / "train-images-idx3-ubyte")
+
+
+def _real_fashion_labels_missing(root: Path, name: str) -> None:
+    raw = _fashion(root / "tmp")
+    (root / "FashionMNIST").mkdir(parents=True)
+    raw.rename(root / "FashionMNIST" / "raw")
+    (root / "FashionMNIST" / "raw" / "train-labels-idx1-ubyte").unlink()
+
+
+def _syn(name: str, damage) -> Any:
+    def make(root: Path, _: str) -> None:
+        folder = (_fashion if name == "fashion-mnist" else _cifar)(root / "synthetic")
+        damage(folder)
+    return make
+
+
+BROKEN = [
+    # (id, data set, source, how to break root, message naming the file)
+    ("missing folder", "fashion-mnist", "real", lambda r, n: None,
+     r"FashionMNIST/raw/train-images-idx3-ubyte is missing .*unreachable"),
+    ("missing folder", "cifar10", "real", lambda r, n: None,
+     r"cifar-10-batches-py/data_batch_1 is missing .*unreachable"),
+    ("empty folder", "fashion-mnist", "real", _no_real_files,
+     r"FashionMNIST/raw/train-images-idx3-ubyte is missing"),
+    ("empty folder", "cifar10", "real", _no_real_files, r"cifar-10-batches-py/data_batch_1 is missing"),
+    ("real images truncated", "fashion-mnist", "real", _real_fashion_truncated,
+     r"train-images-idx3-ubyte is truncated: \d+ bytes, its header promises \d+"),
+    ("real labels missing", "fashion-mnist", "auto", _real_fashion_labels_missing,
+     r"train-labels-idx1-ubyte is missing"),
+    ("images truncated", "fashion-mnist", "auto",
+     _syn("fashion-mnist", lambda f: _truncate(f / "train-images-idx3-ubyte")),
+     r"synthetic/FashionMNIST/raw/train-images-idx3-ubyte is truncated: \d+ bytes, its header promises \d+"),
+    ("images cut inside the header", "fashion-mnist", "auto",
+     _syn("fashion-mnist", lambda f: _truncate(f / "train-images-idx3-ubyte", keep=6)),
+     r"train-images-idx3-ubyte is (truncated inside its header|not an IDX file)"),
+    ("images file empty", "fashion-mnist", "auto",
+     _syn("fashion-mnist", lambda f: _truncate(f / "train-images-idx3-ubyte", keep=0)),
+     r"train-images-idx3-ubyte is empty \(0 bytes\)"),
+    ("labels truncated", "fashion-mnist", "synthetic",
+     _syn("fashion-mnist", lambda f: _truncate(f / "train-labels-idx1-ubyte")),
+     r"train-labels-idx1-ubyte is truncated"),
+    ("images not IDX", "fashion-mnist", "auto",
+     _syn("fashion-mnist", lambda f: (f / "train-images-idx3-ubyte").write_bytes(b"<html>404</html>" * 10)),
+     r"train-images-idx3-ubyte is not an IDX file"),
+    ("files deleted, marker left", "fashion-mnist", "auto",
+     _syn("fashion-mnist", lambda f: [p.unlink() for p in f.glob("*-ubyte")]),
+     r"train-images-idx3-ubyte is missing"),
+    ("batch truncated", "cifar10", "auto", _syn("cifar10", lambda f: _truncate(f / "data_batch_3")),
+     r"cifar-10-batches-py/data_batch_3 is truncated or corrupt"),
+    ("batch empty", "cifar10", "auto", _syn("cifar10", lambda f: _truncate(f / "data_batch_1", keep=0)),
+     r"data_batch_1 is empty \(0 bytes\)"),
+    ("meta missing", "cifar10", "synthetic", _syn("cifar10", lambda f: (f / "batches.meta").unlink()),
+     r"batches.meta is missing"),
+    ("manifest corrupt", "cifar10", "auto",
+     _syn("cifar10", lambda f: (f / synthetic.MARKER).write_text('{"synthetic": true, "md5"')),
+     r"SYNTHETIC.json is missing or not the manifest"),
+]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("what, name, source, damage, match", BROKEN,
+                         ids=[f"{b[1]}: {b[0]}" for b in BROKEN])
+def test_broken_data_folder_names_the_file(what, name, source, damage, match, data_root):
+    damage(data_root, name)
+    t0 = time.perf_counter()
+    with pytest.raises(RuntimeError, match=match):
+        data.load(name, train=True, source=source)
+    assert time.perf_counter() - t0 < 30, "the error took too long (a hang?)"
+
+
+def _png_folder(root: Path) -> list[Path]:
+    x, y = synthetic.class_images(8, 16, 16, 3)
+    synthetic.write_image_folder(root, x, y, synthetic.CIFAR_CLASSES)
+    return sorted(root.rglob("*.png"))
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("damage", ["truncated", "empty", "not an image"])
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_broken_image_file_is_named(damage, num_workers, tmp_path):
+    files = _png_folder(tmp_path / "imgs")
+    bad = files[3]
+    if damage == "truncated":
+        _truncate(bad)
+    elif damage == "empty":
+        _truncate(bad, keep=0)
+    else:
+        bad.write_text("<html>not found</html>")
+    ds = pipelines.image_folder(tmp_path / "imgs", transform=transforms.ToTensor())
+    loader = DataLoader(ds, batch_size=2, num_workers=num_workers)
+    t0 = time.perf_counter()
+    with pytest.raises(RuntimeError, match=rf"image file {bad} cannot be decoded .*truncated or not an image"):
+        for _ in loader:
+            pass
+    assert time.perf_counter() - t0 < 30, "the error took too long (a hang?)"
+
+
+def test_intact_synthetic_folder_still_loads(data_root):
+    """The diagnosis is only an error path: whole files load as before."""
+    _fashion(data_root / "synthetic")
+    assert len(data.fashion_mnist(train=True)) == 64
+    assert data.diagnose("fashion-mnist", data_root / "synthetic", synthetic_copy=True) is None
+
+
+# --- 3. interrupted runs leave no worker processes ---------------------------------------------
+
+def _workers_gone(pids: set[int], timeout: float = 15.0) -> list[int]:
+    """The pids still alive (zombies count as gone) after waiting up to `timeout`."""
+    deadline = time.monotonic() + timeout
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if psutil.pid_exists(p)
+                 and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        time.sleep(0.1)
+    return alive
+
+
+def _loader(data_root: Path) -> DataLoader:
+    _fashion(data_root / "synthetic")
+    ds = data.fashion_mnist(train=True, transform=transforms.ToTensor())
+    return DataLoader(ds, batch_size=4, num_workers=2)
+
+
+def _train_until_interrupted(batches, stop_at: int, seen: set[int]) -> None:
+    """A training loop that gets a Ctrl-C (KeyboardInterrupt) mid-epoch; adds the workers to `seen`."""
+    me = psutil.Process()
+    for step, (X, _) in enumerate(batches):
+        torch.nn.functional.relu(X).sum()  # the 'step'
+        seen |= {c.pid for c in me.children(recursive=True)}
+        if step == stop_at:
+            raise KeyboardInterrupt
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("wrap", ["DataLoader", "DataWaitMeter(DataLoader)"])
+def test_keyboard_interrupt_mid_epoch_leaves_no_workers(wrap, data_root):
+    before = {c.pid for c in psutil.Process().children(recursive=True)}
+    loader = _loader(data_root)
+    batches = loader if wrap == "DataLoader" else data_wait.DataWaitMeter(loader)
+    seen: set[int] = set()
+    with pytest.raises(KeyboardInterrupt):
+        _train_until_interrupted(batches, stop_at=3, seen=seen)
+    workers = seen - before
+    assert len(workers) >= 2, f"expected 2 DataLoader workers while iterating, saw {sorted(workers)}"
+    left = _workers_gone(workers)
+    assert not left, f"DataLoader workers still running after the interrupt: {left}"
+
+
+CTRL_C_SCRIPT = textwrap.dedent("""
+    import psutil
+    from torch.utils.data import DataLoader
+    from torchvision import transforms
+    from helpers import data, quick_train
+    loader = DataLoader(data.fashion_mnist(transform=transforms.ToTensor()), batch_size=8,
+                        num_workers=2, shuffle=True)
+
+    def batches():  # a training run's input; says which workers it has once it is running
+        for step, batch in enumerate(loader):
+            if step == 2:
+                kids = psutil.Process().children(recursive=True)
+                print(" ".join(str(c.pid) for c in kids), flush=True)
+            yield batch
+
+    quick_train.train_steps(quick_train.small_cnn(in_channels=1, width=4), batches(), steps=10**6)
+    print("training ended without an interrupt", flush=True)
+""")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("target", ["process group (terminal Ctrl-C, Jupyter interrupt)",
+                                    "main process only"])
+def test_ctrl_c_ends_a_training_run_and_its_workers(target, data_root):
+    """SIGINT mid-epoch to a training run over a 2-worker DataLoader: the run ends with
+    KeyboardInterrupt within a bounded time and no worker process outlives it."""
+    synthetic.write_fashion_mnist(data_root / "synthetic", n_train=4000, n_test=32)
+    env = {**os.environ, "PYTHONPATH": str(paths.ROOT)}
+    proc = subprocess.Popen([sys.executable, "-c", CTRL_C_SCRIPT], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    try:
+        line = proc.stdout.readline()
+        workers = {int(p) for p in line.split()}
+        assert len(workers) >= 2, f"the run did not report its workers: {line!r} {proc.stderr.read()[-2000:]}"
+        time.sleep(0.5)  # well inside the epoch (500 steps)
+        if target.startswith("process group"):
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            os.kill(proc.pid, signal.SIGINT)
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the run did not end within 30 s of Ctrl-C")
+        assert proc.returncode != 0 and "KeyboardInterrupt" in err, err[-2000:]
+        left = _workers_gone(workers)
+        assert not left, f"DataLoader workers still running after Ctrl-C: {left}"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
