@@ -48,11 +48,13 @@ def test_logging_every_step_is_not_faster_than_every_50():
     """The loop's deferred .item(): logging rarely never costs more than syncing every step (10 % slack)."""
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     net = nn.Sequential(nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 10))
-    data = [(torch.randn(64, 128, device=dev), torch.randint(0, 10, (64,), device=dev)) for _ in range(50)]
+    data = [(torch.randn(64, 128, device=dev), torch.randint(0, 10, (64,), device=dev)) for _ in range(200)]
+    every, rare = 0.0, 0.0
     with cpu_threads(1) if dev == "cpu" else contextlib.nullcontext():
-        every = _samples_per_s(net, data, device=dev, log_every=1)
-        rare = _samples_per_s(net, data, device=dev, log_every=50)
-    assert rare > 0.9 * every
+        for _ in range(3):  # interleaved, best of each: other load on the machine hits both alike
+            every = max(every, _samples_per_s(net, data, device=dev, log_every=1))
+            rare = max(rare, _samples_per_s(net, data, device=dev, log_every=50))
+    assert rare > 0.9 * every, f"logging every 50 steps: {rare:.0f} samples/s, every step: {every:.0f}"
 
 
 @needs_gpu
