@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     profile = profiles.resolve(args.profile)
     os.environ[profiles.ENV_VAR] = profile  # the kernels inherit it
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # keep the profiler's C++ logging out of the progress
     build = paths.build_dir()
     out_dir = build / "notebooks"
     shutil.rmtree(paths.results_dir(), ignore_errors=True)  # the report shows this run only
