@@ -130,9 +130,11 @@ def bar_compare(labels: Sequence[str], values: Sequence[float], *, unit: str,
 
 
 def waterfall(steps: Sequence[tuple[str, float]], *, unit: str = "s / epoch", title: str = "",
-              ax: plt.Axes | None = None) -> plt.Figure:
-    """Stacked speed-ups: the first bar is the reference; each later bar floats from the previous
-    step's value to its own, labelled with its cumulative speed-up over the reference."""
+              kept: Sequence[bool] | None = None, ax: plt.Axes | None = None) -> plt.Figure:
+    """Stacked speed-ups: the first bar is the reference; each later bar floats from the value of
+    the last *kept* step to its own, labelled with its speed-up over the reference. A step marked
+    not kept (`kept[i] == False`: it was slower and dropped) is drawn in red, and the next step
+    starts again from the last kept value, because that is what it was stacked on."""
     if not steps:
         raise ValueError("waterfall: give at least one (label, value) step")
     for i, s in enumerate(steps):
@@ -142,23 +144,28 @@ def waterfall(steps: Sequence[tuple[str, float]], *, unit: str = "s / epoch", ti
     values = [_number(f"waterfall: value of step {s[0]!r}", s[1]) for s in steps]
     if any(not math.isfinite(v) or v <= 0 for v in values):
         raise ValueError(f"waterfall: every value must be positive and finite, got {values}")
+    kept = [True] * len(values) if kept is None else [bool(k) for k in kept]
+    if len(kept) != len(values):
+        raise ValueError(f"waterfall: kept must have one flag per step ({len(values)}), got {len(kept)}")
     if ax is None:
         fig, ax = plt.subplots(figsize=(max(5.0, 1.0 * len(steps) + 2), 3.8))
     else:
         fig = ax.figure
     ref = values[0]
+    base = ref
     for i, v in enumerate(values):
         if i == 0:
             bottom, height, color = 0.0, v, "#999999"
         else:
-            prev = values[i - 1]
-            bottom, height = min(prev, v), abs(prev - v)
-            color = "#3a9a4a" if v < prev else "#c0392b"
+            bottom, height = min(base, v), abs(base - v)
+            color = "#3a9a4a" if kept[i] and v < base else "#c0392b"
         ax.bar(i, max(height, ref * 0.003), bottom=bottom, color=color)
         ax.annotate(f"{v:.3g}\n{ref / v:.2f}x", (i, max(bottom + height, v)), ha="center",
                     va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points")
         if i:
-            ax.plot([i - 1.4, i + 0.4], [values[i - 1]] * 2, color="#555555", lw=0.6, ls=":")
+            ax.plot([i - 1.4, i + 0.4], [base] * 2, color="#555555", lw=0.6, ls=":")
+        if i == 0 or kept[i]:
+            base = v
     ax.set_xticks(range(len(values)), labels, rotation=25, ha="right")
     ax.set_ylabel(unit)
     ax.set_title(title or "cumulative changes (label: value and speed-up over the first bar)")

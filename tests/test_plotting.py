@@ -40,3 +40,14 @@ def test_live_plot_headless():
     with pytest.raises(ValueError, match="unknown curve"):
         lp.add(3, {"lr": 0.1})
     plt.close("all")
+
+
+def test_waterfall_restarts_from_the_last_kept_step():
+    fig = waterfall([("ref", 4.0), ("a", 2.0), ("slower", 3.0), ("b", 1.0)], kept=[True, True, False, True])
+    bars = fig.axes[0].patches
+    # "slower" (dropped) floats from 2.0 up to 3.0; "b" floats from 2.0 (last kept) down to 1.0
+    assert (bars[2].get_y(), bars[2].get_y() + bars[2].get_height()) == (2.0, 3.0)
+    assert (bars[3].get_y(), bars[3].get_y() + bars[3].get_height()) == (1.0, 2.0)
+    with pytest.raises(ValueError, match="one flag per step"):
+        waterfall([("a", 1.0)], kept=[True, False])
+    plt.close("all")
