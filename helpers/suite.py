@@ -47,8 +47,10 @@ def execute(nb_path: Path, out_dir: Path, timeout: int) -> dict:
     status, error = "ok", ""
     try:
         client.execute()
-    except (CellExecutionError, CellTimeoutError) as e:
-        status, error = "failed", str(e).strip().splitlines()[-1][:300] if str(e).strip() else type(e).__name__
+    except CellExecutionError as e:
+        status, error = "failed", f"{e.ename}: {e.evalue}"[:500]
+    except CellTimeoutError as e:
+        status, error = "failed", f"cell timed out after {timeout} s: {str(e)[:200]}"
     seconds = time.perf_counter() - t0
     nbformat.write(nb, out_dir / nb_path.name)
     return {"status": status, "seconds": round(seconds, 1), "error": error}
