@@ -27,8 +27,11 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
+
+import torch.distributed as dist
 
 from . import paths
 
@@ -143,7 +146,12 @@ def launch(module: str = "helpers.ddp_train", args: list[str] | tuple[str, ...] 
     if not isinstance(module, str) or not module:
         raise ValueError("module must be a dotted module name such as 'helpers.ddp_train'")
     backend = resolve_backend(backend, nprocs)
-    port = free_port(host)
+    # As torchrun's agent does, this process hosts the rendezvous store (on a port the OS picks,
+    # so two launches never collide) and every rank is a client of it. Then the ranks may exit in
+    # any order: with rank 0 hosting it, rank 0 leaving first could abort a rank still in its
+    # teardown ("terminate called without an active exception").
+    store = dist.TCPStore(host, 0, nprocs, True, timedelta(seconds=timeout), wait_for_workers=False)
+    port = store.port
     out = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="ddp_", dir=_runs_dir()))
     out.mkdir(parents=True, exist_ok=True)
     cmds, envs = [], []
@@ -151,7 +159,7 @@ def launch(module: str = "helpers.ddp_train", args: list[str] | tuple[str, ...] 
         env = _base_env(threads)
         env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nprocs),
                    LOCAL_WORLD_SIZE=str(nprocs), GROUP_RANK="0", MASTER_ADDR=host,
-                   MASTER_PORT=str(port))
+                   MASTER_PORT=str(port), TORCHELASTIC_USE_AGENT_STORE="True")
         cmds.append([sys.executable, "-m", module, *map(str, args), "--backend", backend,
                      "--threads", str(threads), "--out", str(out),
                      "--init-timeout", str(init_timeout)])
@@ -160,9 +168,12 @@ def launch(module: str = "helpers.ddp_train", args: list[str] | tuple[str, ...] 
         print(f"[launch] {nprocs} process(es), backend={backend}, {threads} thread(s) each, "
               f"rendezvous {host}:{port}")
     t0 = time.perf_counter()
-    codes, outputs, pids = run_processes(cmds, envs, timeout=timeout, stream=stream,
-                                         labels=[f"rank {r}" for r in range(nprocs)],
-                                         error_dir=out)
+    try:
+        codes, outputs, pids = run_processes(cmds, envs, timeout=timeout, stream=stream,
+                                             labels=[f"rank {r}" for r in range(nprocs)],
+                                             error_dir=out)
+    finally:
+        del store  # closes the rendezvous server once every rank is gone
     return LaunchResult(nprocs=nprocs, backend=backend, port=port,
                         seconds=time.perf_counter() - t0, results=read_results(out),
                         outputs=outputs, returncodes=codes, pids=pids, out_dir=str(out))
