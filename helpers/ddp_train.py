@@ -23,7 +23,6 @@ import json
 import os
 import sys
 import time
-import traceback
 from datetime import timedelta
 from pathlib import Path
 
@@ -32,6 +31,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+from .launch import run_rank
 
 MODELS = ("mlp", "mlp_bn")
 
@@ -177,18 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.out) if a.out else None
     if out:
         out.mkdir(parents=True, exist_ok=True)
-    try:
-        return _train(a, rank, world, local_rank, out)
-    except BaseException:
-        tb = traceback.format_exc()
-        if out:
-            (out / f"rank{rank}.error.json").write_text(
-                json.dumps({"rank": rank, "time": time.time(), "traceback": tb}))
-        print(tb, file=sys.stderr, flush=True)
-        return 1
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+    return run_rank(lambda: _train(a, rank, world, local_rank, out), rank, out)
 
 
 def _train(a: argparse.Namespace, rank: int, world: int, local_rank: int,

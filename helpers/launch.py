@@ -26,6 +26,8 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -403,3 +405,22 @@ def run_processes(cmds: list[list[str]], envs: list[dict[str, str]], *, timeout:
     raise LaunchError(msg + (f"\n--- traceback of rank {rank} ---\n{tb}" if tb else ""),
                       failed_rank=rank, traceback=tb, outputs=outputs, returncodes=codes,
                       pids=pids, stop_seconds=stop_seconds)
+
+
+def run_rank(body: Callable[[], int], rank: int, out: Path | None) -> int:
+    """The worker side of the launcher's contract: run `body()`; if it raises, write the
+    traceback to `<out>/rank<N>.error.json` (which `launch` reads to show the failing rank)
+    and print it; always leave the process group. Returns the process's exit code."""
+    try:
+        return body()
+    except BaseException:
+        tb = traceback.format_exc()
+        if out:
+            out.mkdir(parents=True, exist_ok=True)
+            (out / f"rank{rank}.error.json").write_text(
+                json.dumps({"rank": rank, "time": time.time(), "traceback": tb}))
+        print(tb, file=sys.stderr, flush=True)
+        return 1
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

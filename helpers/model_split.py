@@ -18,13 +18,14 @@ import json
 import os
 import sys
 import time
-import traceback
 from datetime import timedelta
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from torch import nn
+
+from .launch import run_rank
 
 
 def encoder(in_features: int = 256, hidden: int = 1024, depth: int = 2) -> nn.Sequential:
@@ -91,19 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     rank = int(os.environ.get("RANK", 0))
     out = Path(a.out) if a.out else None
-    try:
-        return _run(a, rank, out)
-    except BaseException:
-        tb = traceback.format_exc()
-        if out:
-            out.mkdir(parents=True, exist_ok=True)
-            (out / f"rank{rank}.error.json").write_text(
-                json.dumps({"rank": rank, "time": time.time(), "traceback": tb}))
-        print(tb, file=sys.stderr, flush=True)
-        return 1
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+    return run_rank(lambda: _run(a, rank, out), rank, out)
 
 
 def _run(a: argparse.Namespace, rank: int, out: Path | None) -> int:
