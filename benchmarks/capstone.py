@@ -31,18 +31,19 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     gpu = torch.cuda.is_available()
     p = argparse.ArgumentParser(prog="python -m benchmarks.capstone", description=__doc__.split("\n")[0])
     p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: first GPU, else CPU)")
-    p.add_argument("--n-train", type=int, default=60000 if gpu else 2048, help="training images used")
-    p.add_argument("--n-test", type=int, default=10000 if gpu else 512, help="test images used")
+    p.add_argument("--n-train", type=int, default=60000 if gpu else 4096, help="training images used")
+    p.add_argument("--n-test", type=int, default=10000 if gpu else 2000, help="test images used")
     p.add_argument("--width", type=int, default=64 if gpu else 8,
                    help="ResNet-18 width (64 = d2l's; smaller for a quick CPU run)")
-    p.add_argument("--batch", type=int, default=256, help="reference batch size (d2l: 256)")
-    p.add_argument("--big-batch", type=int, default=1024, help="the fast recipe's batch size")
+    p.add_argument("--batch", type=int, default=256 if gpu else 64,
+                   help="reference batch size (d2l: 256; 64 on a CPU, so a small subset gets enough updates)")
+    p.add_argument("--big-batch", type=int, default=1024 if gpu else 256, help="the fast recipe's batch size")
     p.add_argument("--lr", type=float, default=0.1, help="reference learning rate (d2l: 0.1)")
     p.add_argument("--epochs", type=int, default=2, help="timed epochs per step (the last counts)")
     p.add_argument("--max-batches", type=int, default=None if gpu else 4,
                    help="batches per timed epoch (default: whole epochs on a GPU, 4 on a CPU)")
-    p.add_argument("--accuracy-epochs", type=int, default=5 if gpu else 0,
-                   help="epochs of the accuracy comparison (0 = skip; CPU mode is too short to converge)")
+    p.add_argument("--accuracy-epochs", type=int, default=5,
+                   help="epochs of the accuracy comparison (0 = skip it)")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=gpu,
                    help="measure the torch.compile steps (default on a GPU; ~90 s of compiling on a small CPU)")
     p.add_argument("--threads", type=int, default=None if gpu else 1,
@@ -126,8 +127,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"fast {fast_acc:.4f} ({diff:+.2f} pp){' - SYNTHETIC data' if d.synthetic else ''}")
     else:
         ref_acc = fast_acc = None
-        md.append("\naccuracy comparison not run (--accuracy-epochs 0: a CPU-sized run is too "
-                  "short to converge; it runs by default on a GPU)")
+        md.append("\naccuracy comparison not run (--accuracy-epochs 0)")
     md.append(f"\ntotal benchmark time {time.perf_counter() - t_start:.0f} s")
     text = "\n".join(md)
     print(text)
@@ -154,8 +154,8 @@ def main(argv: list[str] | None = None) -> int:
         rec.save()
         (target / "bench_capstone.md").write_text(text + "\n")
         print(f"written: {target / 'bench_capstone.md'}")
-    if ref_acc is not None and abs(fast_acc - ref_acc) > 0.01:
-        print(f"FAIL: the fast recipe's accuracy differs from the reference's by {diff:+.2f} pp (> 1 pp)")
+    if ref_acc is not None and fast_acc < ref_acc - 0.01:
+        print(f"FAIL: the fast recipe lost accuracy: {diff:+.2f} pp against the reference (more than 1 pp)")
         return 1
     return 0
 

@@ -5,11 +5,15 @@ Shared by notebook 12 and `python -m benchmarks.capstone` so both measure the sa
 - `train_reference`: the training loop as Dive into Deep Learning writes it (torchvision
   `ToTensor`, a `DataLoader` with d2l's 4 workers, fp32, `nn.DataParallel` over the devices
   found, plain SGD, weights initialised N(0, 0.01)).
-- `waterfall_steps`: the cumulative changes, each a `Recipe` run by `helpers.training.train`:
+- `waterfall_changes`: the cumulative changes, each a `Recipe` run by `helpers.training.train`:
   uint8 data in memory -> data resident on the device -> larger batch with scaled lr -> bf16
   autocast -> channels_last -> torch.compile -> CUDA graphs -> fused optimizer.
+- `fast_recipe`: the changes that won on this device, plus the accuracy safeguards
+  (`SAFEGUARDS`: PyTorch's default init, lr decayed to zero), which cost nothing per step and
+  keep the accuracy when a larger batch gives fewer updates per epoch.
 - `measure`: seconds per epoch (the last of the timed epochs, so warm-up and compilation are
   excluded), samples/s, and how busy the device was (from `torch.profiler`).
+- `accuracy_curve`: test accuracy after every epoch, from the same seed, for any recipe.
 - `run_cost`: the time-vs-money arithmetic of claim L22.
 """
 
@@ -31,6 +35,11 @@ from .device_augment import device_batches
 from .timing import Timer
 
 D2L_WORKERS = 4  # d2l.get_dataloader_workers()
+DATA_MODES = ("loader", "memory", "device")
+INITS = ("d2l", "default")
+LR_SCHEDULES = ("constant", "linear-decay")
+# Speed-neutral changes the fast recipe always makes (see `build_net` for why the init matters).
+SAFEGUARDS: dict[str, str] = {"init": "default", "lr_schedule": "linear-decay"}
 
 
 # --------------------------------------------------------------------------- data
@@ -75,11 +84,21 @@ def d2l_init_weights(module: nn.Module) -> None:
         nn.init.normal_(module.weight, std=0.01)
 
 
-def build_net(width: int = 64, seed: int = 0) -> nn.Module:
-    """The d2l ResNet-18 with d2l's initialisation, reproducible from `seed`."""
+def build_net(width: int = 64, seed: int = 0, init: str = "d2l") -> nn.Module:
+    """The d2l ResNet-18, reproducible from `seed`.
+
+    `init="d2l"`: the book's N(0, 0.01) weights. `init="default"`: PyTorch's own (Kaiming-uniform)
+    initialisation. Behind batch norm, tiny conv weights make every SGD step act as a huge one
+    (the normalisation divides the weight's scale out), so the book's start needs many small
+    updates to settle; a large batch gives fewer updates per epoch and, from N(0, 0.01), stays
+    near chance for several epochs (notebook 12, section 5 measures it).
+    """
+    if init not in INITS:
+        raise ValueError(f"build_net: init must be one of {', '.join(INITS)}; got {init!r}")
     torch.manual_seed(seed)
     net = models.resnet18(num_classes=10, in_channels=1, width=width)
-    net.apply(d2l_init_weights)
+    if init == "d2l":
+        net.apply(d2l_init_weights)
     return net
 
 
@@ -100,7 +119,9 @@ def train_reference(net: nn.Module, train_ds: Dataset, test_ds: Dataset | None, 
                     num_workers: int = D2L_WORKERS, max_batches: int | None = None,
                     seed: int = 0) -> dict[str, Any]:
     """The book's loop (d2l 'Concise Implementation for Multiple GPUs'), timed per epoch the
-    way the book times it, plus a device sync. `max_batches` cuts epochs short (smoke runs)."""
+    way the book times it, plus a device sync. `max_batches` cuts epochs short (smoke runs).
+    With `test_ds`, test accuracy is evaluated after every epoch, outside the timer, as the book
+    does for its plot; `test_accuracy` is the last one."""
     torch.manual_seed(seed)
     train_iter = DataLoader(train_ds, batch_size, shuffle=True, num_workers=num_workers)
     devs = devices.try_all_gpus()
@@ -109,7 +130,9 @@ def train_reference(net: nn.Module, train_ds: Dataset, test_ds: Dataset | None, 
     trainer = torch.optim.SGD(net.parameters(), lr)
     loss = nn.CrossEntropyLoss()
     timer = Timer(devs[0])
-    samples = []
+    samples: list[int] = []
+    accuracies: list[float] = []
+    test_iter = DataLoader(test_ds, batch_size, num_workers=0) if test_ds is not None else None
     for _ in range(num_epochs):
         net.train()
         timer.start()
@@ -125,10 +148,10 @@ def train_reference(net: nn.Module, train_ds: Dataset, test_ds: Dataset | None, 
                 break
         timer.stop()
         samples.append(n)
-    acc = None
-    if test_ds is not None:
-        acc = evaluate_accuracy(net, DataLoader(test_ds, batch_size, num_workers=0), devs[0])
-    return {"seconds": timer.times, "samples": samples, "test_accuracy": acc, "net": net}
+        if test_iter is not None:
+            accuracies.append(evaluate_accuracy(net, test_iter, devs[0]))
+    return {"seconds": timer.times, "samples": samples, "test_accuracies": accuracies,
+            "test_accuracy": accuracies[-1] if accuracies else None, "net": net}
 
 
 # --------------------------------------------------------------------------- the recipes
@@ -146,7 +169,22 @@ class Recipe:
     channels_last: bool = False
     compile: dict[str, Any] | None = None
     fused: bool = False
+    init: str = "d2l"               # "d2l": N(0, 0.01) | "default": PyTorch's init
+    lr_schedule: str = "constant"   # "constant" (the book) | "linear-decay" (to 0 over the run)
     note: str = ""
+
+    def __post_init__(self) -> None:
+        for name, value, allowed in (("data", self.data, DATA_MODES), ("init", self.init, INITS),
+                                     ("lr_schedule", self.lr_schedule, LR_SCHEDULES)):
+            if value not in allowed:
+                raise ValueError(f"Recipe: {name} must be one of {', '.join(allowed)}; got {value!r}")
+        if self.data == "loader" and self.lr_schedule != "constant":
+            raise ValueError("Recipe: data='loader' is the book's loop, which has a constant lr; "
+                             f"lr_schedule must be 'constant' there, got {self.lr_schedule!r}")
+        if not isinstance(self.batch_size, int) or isinstance(self.batch_size, bool) or self.batch_size < 1:
+            raise ValueError(f"Recipe: batch_size must be an int >= 1, got {self.batch_size!r}")
+        if not isinstance(self.lr, int | float) or isinstance(self.lr, bool) or self.lr <= 0:
+            raise ValueError(f"Recipe: lr must be a positive number, got {self.lr!r}")
 
     def but(self, name: str, **changes: Any) -> Recipe:
         return dataclasses.replace(self, name=name, **changes)
@@ -215,9 +253,12 @@ def run_waterfall(d: CapstoneData, *, device: torch.device | str, width: int = 6
 
 
 def fast_recipe(waterfall: list[tuple[Recipe, StepResult, bool]]) -> Recipe:
-    """The last kept recipe of a waterfall: every change that won on this device."""
+    """The last kept recipe of a waterfall (every change that won on this device) with the
+    accuracy `SAFEGUARDS`. If nothing beat the book's loop, the fast recipe is that loop."""
     kept = [r for r, _, k in waterfall if k]
-    return kept[-1].but("fast recipe")
+    if kept[-1].data == "loader":
+        return kept[-1].but("fast recipe")
+    return kept[-1].but("fast recipe", **SAFEGUARDS)
 
 
 class EpochBatches:
@@ -289,9 +330,16 @@ def _fast_train(net: nn.Module, recipe: Recipe, d: CapstoneData, device: torch.d
     if test:
         test_iter = [(xb.float() / 255, yb) for xb, yb in
                      zip(d.x_test.split(1024), d.y_test.split(1024), strict=True)]
+    scheduler = None
+    if recipe.lr_schedule == "linear-decay":
+        total = num_epochs * (min(len(batches), max_batches) if max_batches else len(batches))
+
+        def scheduler(opt: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler:
+            return torch.optim.lr_scheduler.LinearLR(opt, 1.0, 0.0, total_iters=total)
     return training.train(net, batches, num_epochs=num_epochs, lr=recipe.lr, device=device,
                           precision=recipe.precision, channels_last=recipe.channels_last,
                           compile_model=recipe.compile or False, fused=recipe.fused,
+                          scheduler=scheduler, scheduler_interval="step",
                           steps_per_epoch=max_batches, test_iter=test_iter, progress=False)
 
 
@@ -304,7 +352,7 @@ def measure(recipe: Recipe, d: CapstoneData, *, device: torch.device | str, widt
     dev = devices.as_device(device)
     if not isinstance(epochs, int) or epochs < 1:
         raise ValueError(f"measure: epochs must be an int >= 1, got {epochs!r}")
-    net = build_net(width, seed)
+    net = build_net(width, seed, recipe.init)
     n_epoch = len(d.x_train)
     if recipe.data == "loader":
         out = train_reference(net, d.train_ds, None, batch_size=recipe.batch_size, lr=recipe.lr,
@@ -330,18 +378,29 @@ def measure(recipe: Recipe, d: CapstoneData, *, device: torch.device | str, widt
                       extra={"timed_samples": samples, "timed_seconds": secs})
 
 
-def train_for_accuracy(recipe: Recipe, d: CapstoneData, *, device: torch.device | str,
-                       width: int = 64, epochs: int = 1, seed: int = 0,
-                       num_workers: int = D2L_WORKERS) -> float:
-    """Train from the same initial weights for `epochs` full epochs; return test accuracy."""
+def accuracy_curve(recipe: Recipe, d: CapstoneData, *, device: torch.device | str,
+                   width: int = 64, epochs: int = 1, seed: int = 0,
+                   num_workers: int = D2L_WORKERS) -> list[float]:
+    """Train `recipe` for `epochs` full epochs from `seed`'s initial weights (the recipe's init);
+    return the test accuracy after every epoch."""
+    if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
+        raise ValueError(f"accuracy_curve: epochs must be an int >= 1, got {epochs!r}")
     dev = devices.as_device(device)
-    net = build_net(width, seed)
+    net = build_net(width, seed, recipe.init)
     if recipe.data == "loader":
         return train_reference(net, d.train_ds, d.test_ds, batch_size=recipe.batch_size,
                                lr=recipe.lr, num_epochs=epochs, num_workers=num_workers,
-                               seed=seed)["test_accuracy"]
+                               seed=seed)["test_accuracies"]
     hist = _fast_train(net, recipe, d, dev, num_epochs=epochs, max_batches=None, seed=seed, test=True)
-    return float(hist.last.test_accuracy)
+    return [float(a) for a in hist["test_accuracy"]]
+
+
+def train_for_accuracy(recipe: Recipe, d: CapstoneData, *, device: torch.device | str,
+                       width: int = 64, epochs: int = 1, seed: int = 0,
+                       num_workers: int = D2L_WORKERS) -> float:
+    """Test accuracy after `epochs` full epochs (the last point of `accuracy_curve`)."""
+    return accuracy_curve(recipe, d, device=device, width=width, epochs=epochs, seed=seed,
+                          num_workers=num_workers)[-1]
 
 
 # --------------------------------------------------------------------------- time vs money

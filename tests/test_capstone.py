@@ -33,7 +33,7 @@ def test_waterfall_changes_scale_lr_and_keep_order():
     assert ref.data == "loader" and ref.precision == "fp32"
     names = [c[0] for c in changes]
     assert names.index("larger batch") < names.index("bf16 autocast") < names.index("torch.compile")
-    big = dict(changes)["larger batch"] if False else [c for c in changes if c[0] == "larger batch"][0][1]
+    big = [c for c in changes if c[0] == "larger batch"][0][1]
     assert big == {"batch_size": 1024, "lr": pytest.approx(0.4)}
 
 
@@ -72,14 +72,72 @@ def test_reference_and_fast_recipe_run_and_fast_keeps_winners(tiny):
     assert fast.name == "fast recipe"
     kept = [rec for rec, _, k in wf if k]
     assert fast.data == kept[-1].data and fast.batch_size == kept[-1].batch_size
+    if fast.data != "loader":  # the safeguards ride on whatever won
+        assert (fast.init, fast.lr_schedule) == ("default", "linear-decay")
 
 
-def test_accuracy_runs_for_both_recipes(tiny):
+def test_fast_recipe_is_the_book_loop_when_nothing_wins():
+    ref, changes = capstone.waterfall_changes()
+    slower = capstone.StepResult("x", 2.0, 1.0)
+    wf = [(ref, capstone.StepResult("ref", 1.0, 2.0), True),
+          (ref.but("uint8 in memory", data="memory"), slower, False)]
+    fast = capstone.fast_recipe(wf)
+    assert (fast.data, fast.init, fast.lr_schedule) == ("loader", "d2l", "constant")
+    wf[1] = (wf[1][0], capstone.StepResult("mem", 0.5, 4.0), True)
+    fast = capstone.fast_recipe(wf)
+    assert (fast.data, fast.init, fast.lr_schedule) == ("memory", "default", "linear-decay")
+
+
+def test_accuracy_curves_have_one_point_per_epoch_for_both_recipes(tiny):
     ref, changes = capstone.waterfall_changes(batch_size=32, big_batch=32)
-    fast = ref.but("fast", data="device", channels_last=True)
-    a = capstone.train_for_accuracy(ref, tiny, device="cpu", width=2, epochs=1, num_workers=0)
-    b = capstone.train_for_accuracy(fast, tiny, device="cpu", width=2, epochs=1)
-    assert 0 <= a <= 1 and 0 <= b <= 1
+    fast = ref.but("fast", data="device", channels_last=True, init="default", lr_schedule="linear-decay")
+    a = capstone.accuracy_curve(ref, tiny, device="cpu", width=2, epochs=2, num_workers=0)
+    b = capstone.accuracy_curve(fast, tiny, device="cpu", width=2, epochs=2)
+    assert len(a) == len(b) == 2 and all(0 <= v <= 1 for v in a + b)
+    # accuracies are multiples of 1/64 (the test set): really counted, not made up
+    assert all(abs(v * 64 - round(v * 64)) < 1e-9 for v in a + b)
+    assert capstone.train_for_accuracy(ref, tiny, device="cpu", width=2, epochs=2, num_workers=0) == a[-1]
+
+
+def test_accuracy_curve_rejects_zero_epochs(tiny):
+    ref, _ = capstone.waterfall_changes()
+    with pytest.raises(ValueError, match="epochs"):
+        capstone.accuracy_curve(ref, tiny, device="cpu", width=2, epochs=0)
+
+
+def test_build_net_inits():
+    d2l, default = capstone.build_net(8, seed=1), capstone.build_net(8, seed=1, init="default")
+    conv_d2l = next(m for m in d2l.modules() if isinstance(m, torch.nn.Conv2d)).weight
+    conv_def = next(m for m in default.modules() if isinstance(m, torch.nn.Conv2d)).weight
+    assert abs(conv_d2l.std().item() - 0.01) < 0.003   # the book's N(0, 0.01)
+    assert conv_def.std().item() > 0.05                 # Kaiming-uniform: much larger
+    with pytest.raises(ValueError, match="init must be one of d2l, default"):
+        capstone.build_net(8, init="xavier")
+
+
+@pytest.mark.parametrize("change,match", [
+    (dict(data="disk"), "data must be one of loader, memory, device"),
+    (dict(init="zeros"), "init must be one of"),
+    (dict(lr_schedule="cosine"), "lr_schedule must be one of constant, linear-decay"),
+    (dict(lr_schedule="linear-decay"), "book's loop"),
+    (dict(batch_size=0), "batch_size"),
+    (dict(lr=-0.1), "lr must be a positive number"),
+])
+def test_recipe_rejects_bad_settings(change, match):
+    with pytest.raises(ValueError, match=match):
+        capstone.Recipe("bad", **change)
+
+
+def test_linear_decay_takes_the_lr_to_zero_over_the_run(tiny):
+    recipe = capstone.Recipe("r", data="device", batch_size=32, lr=0.4, lr_schedule="linear-decay")
+    net = capstone.build_net(2)
+    hist = capstone._fast_train(net, recipe, tiny, torch.device("cpu"), num_epochs=3,
+                                max_batches=None, seed=0, test=False)
+    # 3 batches per epoch, 9 steps: the lr after epoch e's steps is 0.4 * (1 - 3e / 9)
+    assert hist["lr"] == pytest.approx([0.4 * (1 - 3 * e / 9) for e in (1, 2, 3)])
+    const = capstone._fast_train(capstone.build_net(2), recipe.but("c", lr_schedule="constant"), tiny,
+                                 torch.device("cpu"), num_epochs=2, max_batches=None, seed=0, test=False)
+    assert const["lr"] == [0.4, 0.4]
 
 
 def test_build_net_is_reproducible():
