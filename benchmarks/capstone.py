@@ -37,12 +37,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="ResNet-18 width (64 = d2l's; smaller for a quick CPU run)")
     p.add_argument("--batch", type=int, default=256 if gpu else 64,
                    help="reference batch size (d2l: 256; 64 on a CPU, so a small subset gets enough updates)")
-    p.add_argument("--big-batch", type=int, default=1024 if gpu else 256, help="the fast recipe's batch size")
+    p.add_argument("--big-batch", type=int, default=1024 if gpu else 128, help="the fast recipe's batch size")
     p.add_argument("--lr", type=float, default=0.1, help="reference learning rate (d2l: 0.1)")
     p.add_argument("--epochs", type=int, default=2, help="timed epochs per step (the last counts)")
     p.add_argument("--max-batches", type=int, default=None if gpu else 4,
                    help="batches per timed epoch (default: whole epochs on a GPU, 4 on a CPU)")
-    p.add_argument("--accuracy-epochs", type=int, default=5,
+    p.add_argument("--accuracy-epochs", type=int, default=5 if gpu else 3,
                    help="epochs of the accuracy comparison (0 = skip it)")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=gpu,
                    help="measure the torch.compile steps (default on a GPU; ~90 s of compiling on a small CPU)")

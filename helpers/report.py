@@ -54,6 +54,8 @@ def build(results: list[dict[str, Any]], run_log: dict[str, Any] | None = None,
         v = verdicts.get(cid)
         ledger.append({
             "claim": cid, "text": text, "where": where,
+            # the notebook that recorded the verdict here, else the one(s) meant to test it
+            "notebook": v["notebook"] if v else f"notebook {where}",
             "verdict": v["verdict"] if v else "not tested yet",
             "figure": v["figure"] if v else "",
             "synthetic_data": v.get("synthetic_data", False) if v else False,
@@ -85,12 +87,13 @@ def to_markdown(rep: dict[str, Any], results_dir: Path) -> str:
         if ref:
             out.append(f"**Reference run `{name}`:** {_hardware_line(ref[0]['hardware'])}, "
                        f"profile {ref[0].get('profile')}, {str(ref[0].get('started', ''))[:10]}")
-    out += ["", "## Claims ledger", "", "| claim | verdict here | figure | reference (GPU) |", "|---|---|---|---|"]
+    out += ["", "## Claims ledger", "", "| claim | notebook | verdict here | figure | reference (GPU) |",
+            "|---|---|---|---|---|"]
     for c in rep["ledger"]:
         syn = " *(synthetic data)*" if c["synthetic_data"] else ""
         ref = c["reference"]
         ref_txt = f"{ref['verdict']}: {ref['figure']} ({ref['run']})" if ref else ""
-        out.append(f"| {c['claim']} {c['text']} | {c['verdict']}{syn} | {c['figure']} | {ref_txt} |")
+        out.append(f"| {c['claim']} {c['text']} | {c['notebook']} | {c['verdict']}{syn} | {c['figure']} | {ref_txt} |")
     ref_idx = _ref_index(rep["references"])
     runs = rep["run_log"].get("notebooks", {})
     for r in rep["notebooks"]:

@@ -53,6 +53,9 @@ def test_report_has_whole_ledger_measurements_and_inline_plots(tmp_path):
     for cid in CLAIMS:
         assert f"| {cid} " in md
     assert "not tested yet" in md and "| L4 " in md and "10x" in md
+    ledger = {line.split(" ", 2)[1]: line for line in md.splitlines() if line.startswith("| L")}
+    assert "| 01_test | holds |" in ledger["L4"]        # the notebook that recorded the verdict
+    assert "| notebook 11 | not tested yet |" in ledger["L20"]  # the one meant to test it
     assert "1,234" in md and "10.00x" in md
     page = html_path.read_text()
     assert "data:image/png;base64," in page and "<table>" in page
