@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         ref_acc = capstone.train_for_accuracy(wf[0][0], d, device=dev, width=a.width, epochs=a.accuracy_epochs)
         fast_acc = capstone.train_for_accuracy(fast, d, device=dev, width=a.width, epochs=a.accuracy_epochs)
         diff = 100 * (fast_acc - ref_acc)
-        md.append(f"\n**accuracy after {a.accuracy_epochs} epochs**: reference {ref_acc:.4f}, "
+        md.append(f"\n**accuracy after {a.accuracy_epochs} epoch{'s' if a.accuracy_epochs != 1 else ''}**: reference {ref_acc:.4f}, "
                   f"fast {fast_acc:.4f} ({diff:+.2f} pp){' - SYNTHETIC data' if d.synthetic else ''}")
     else:
         ref_acc = fast_acc = None
