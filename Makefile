@@ -10,12 +10,13 @@ STAMP   := $(VENV)/.installed
 export PYTHONUNBUFFERED := 1
 export MPLBACKEND := Agg
 
-.PHONY: install run test test-twice lint unit notebooks benchmarks bench lab clean help
+.PHONY: install run test test-twice lint unit notebooks benchmarks bench reference lab clean help
 
 help:
 	@echo "make run [PROFILE=smoke|full]  execute the suite, write build/report.html"
 	@echo "make test                     lint + unit tests + notebooks (smoke profile)"
 	@echo "make bench                    the capstone benchmark (reference vs fast recipe)"
+	@echo "make reference                on a GPU: full profile + bench, saved to results/reference/"
 	@echo "make lab                      JupyterLab on the notebooks"
 	@echo "make clean                    remove executed copies, generated data and results"
 
@@ -62,6 +63,12 @@ test-twice: install   # every notebook run twice in one checkout: same results, 
 	FTG_RUN_TWICE=1 $(BIN)/python -m pytest -q tests/test_run_twice.py
 
 bench: install
+	$(BIN)/python -m benchmarks.capstone
+
+# On a GPU: the full profile and the benchmark, saved under results/reference/<date>_<gpu>/
+# (commit that folder: every report shows it beside the reader's own figures).
+reference: install
+	$(BIN)/python -m helpers.suite --profile full --save-reference
 	$(BIN)/python -m benchmarks.capstone
 
 lab: install

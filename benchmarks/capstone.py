@@ -17,7 +17,6 @@ Needs only torch, torchvision, numpy, pandas, matplotlib, tqdm (no Jupyter, no d
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import time
 from pathlib import Path
@@ -134,9 +133,7 @@ def main(argv: list[str] | None = None) -> int:
 
     targets = [paths.results_dir()]
     if dev.type == "cuda":
-        slug = re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-")
-        targets.append(Path(a.reference_dir) if a.reference_dir else
-                       paths.reference_results_dir() / f"{time.strftime('%Y-%m-%d')}_{slug}")
+        targets.append(Path(a.reference_dir) if a.reference_dir else paths.reference_run_dir(name))
     for target in targets:
         rec = results.Recorder("bench_capstone", profile="bench", directory=target)
         rec.data_source("fashion-mnist", synthetic=d.synthetic, detail=d.description)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,3 +32,11 @@ def results_dir() -> Path:
 def reference_results_dir() -> Path:
     """Results committed from GPU runs, shown beside this machine's in the report."""
     return ROOT / "results" / "reference"
+
+
+def reference_run_dir(device_name: str, date: str | None = None) -> Path:
+    """`results/reference/<date>_<device>/`: where one machine's committed run goes."""
+    if not isinstance(device_name, str) or not device_name.strip():
+        raise ValueError(f"reference_run_dir: device_name must be a non-empty string, got {device_name!r}")
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", device_name).strip("-")
+    return reference_results_dir() / f"{date or time.strftime('%Y-%m-%d')}_{slug}"

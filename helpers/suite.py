@@ -56,11 +56,31 @@ def execute(nb_path: Path, out_dir: Path, timeout: int) -> dict:
     return {"status": status, "seconds": round(seconds, 1), "error": error}
 
 
+def save_reference(results: Path, target: Path | None = None) -> Path:
+    """Copy a run's result files (JSON, one per notebook) to a reference folder, named after the
+    first GPU the run found (else the CPU) unless `target` is given. Figures stay behind: the
+    report shows a reference run's figures and verdicts, not its plots."""
+    files = sorted(Path(results).glob("*.json"))
+    if not files:
+        raise FileNotFoundError(f"save_reference: no result files in {results}; run the notebooks first")
+    if target is None:
+        hw = json.loads(files[0].read_text()).get("hardware", {})
+        gpus = hw.get("gpus") or []
+        target = paths.reference_run_dir(gpus[0]["name"] if gpus else hw.get("cpu") or "cpu")
+    target.mkdir(parents=True, exist_ok=True)
+    for f in files:
+        shutil.copy2(f, target / f.name)
+    return target
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--profile", default="auto", help="smoke, full or auto (default: auto)")
     ap.add_argument("--notebooks", default="*", help="glob of notebook names, e.g. '0[01]_*'")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds allowed per cell")
+    ap.add_argument("--save-reference", action="store_true",
+                    help="also copy this run's results to results/reference/<date>_<device>/ "
+                         "(on a GPU: commit that folder so every report shows it)")
     args = ap.parse_args(argv)
     profile = profiles.resolve(args.profile)
     os.environ[profiles.ENV_VAR] = profile  # the kernels inherit it
@@ -83,8 +103,13 @@ def main(argv: list[str] | None = None) -> int:
         log["notebooks"][nb_path.stem] = res
         tqdm.write(f"  {nb_path.stem}: {res['status']} in {res['seconds']:.0f} s {res['error']}")
         (build / "run.json").write_text(json.dumps(log, indent=1))
-    html_path = report.write(build)
     failed = [n for n, r in log["notebooks"].items() if r["status"] != "ok"]
+    if args.save_reference:
+        if failed:
+            print("not saved as a reference run: some notebooks failed", file=sys.stderr)
+        else:
+            print(f"reference results: {save_reference(paths.results_dir())}")
+    html_path = report.write(build)
     print(f"\nReport: {html_path}\n        {html_path.with_suffix('.md')}")
     if failed:
         print(f"{len(failed)} notebook(s) failed: {', '.join(failed)} (executed copies show where)")

@@ -1,4 +1,5 @@
 import nbformat
+import pytest
 
 from helpers import suite
 
@@ -25,3 +26,37 @@ def test_failing_notebook_is_reported(tmp_path):
     nbformat.write(nb, src)
     res = suite.execute(src, tmp_path, timeout=120)
     assert res["status"] == "failed" and "boom" in res["error"]
+
+
+def test_save_reference_copies_results_into_a_device_named_folder(tmp_path, monkeypatch):
+    from helpers import paths, results
+
+    monkeypatch.setattr(paths, "reference_results_dir", lambda: tmp_path / "reference")
+    res = tmp_path / "results"
+    rec = results.Recorder("01_test", profile="full", directory=res)
+    rec.measure("samples/s", 5.0, "samples/s")
+    rec.data["hardware"] = {"cpu": "Some CPU", "gpus": [{"name": "NVIDIA H100 80GB HBM3", "memory_gib": 79.1}]}
+    rec.save()
+    target = suite.save_reference(res)
+    assert target.parent == tmp_path / "reference"
+    assert target.name.endswith("_NVIDIA-H100-80GB-HBM3") and target.name[:4].isdigit()
+    saved = results.load_all(target)
+    assert [r["notebook"] for r in saved] == ["01_test"] and saved[0]["measurements"][0]["value"] == 5.0
+    # the report picks the folder up as a reference run
+    from helpers import report
+
+    rep = report.build(results.load_all(res))
+    assert [name for name, _ in rep["references"]] == [target.name]
+
+
+def test_save_reference_refuses_an_empty_run(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no result files"):
+        suite.save_reference(tmp_path)
+
+
+def test_reference_run_dir_rejects_a_blank_device_name():
+    from helpers import paths
+
+    with pytest.raises(ValueError, match="device_name"):
+        paths.reference_run_dir("  ")
+    assert paths.reference_run_dir("AMD EPYC", date="2026-01-02").name == "2026-01-02_AMD-EPYC"
