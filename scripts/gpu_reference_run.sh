@@ -1,0 +1,274 @@
+#!/usr/bin/env bash
+# The GPU reference run, on the lent GPU machine, through the device tool's `run` (carry [".whl"]).
+# Run THERE, in the repository root; fetch the wheels HERE first: bash scripts/gpu_wheels.sh
+#
+#     bash scripts/gpu_reference_run.sh check              # preflight only (about 30 s)
+#     bash scripts/gpu_reference_run.sh bench [ARGS]       # python3 -m benchmarks.capstone ARGS
+#     bash scripts/gpu_reference_run.sh notebooks '0[0-4]_*'   # suite, full profile, --save-reference
+#
+# Every subcommand installs .whl/*.whl into /tmp/site, checks that the kernel starts and sees
+# the GPU, runs its step under a time limit (FTG_STEP_SECONDS, default 540, so that the
+# results are packed before the tool's 600 s limit), and leaves in $OUT:
+#     <sub>-<time>.log                 everything printed (written as it runs: it comes back
+#                                      even when the call is killed)
+#     reference-<sub>-<time>.tar.gz    the files this call added under results/reference/
+#     report-<sub>-<time>.md, run-<sub>-<time>.json   the suite's report and per-notebook times
+#     failed-<sub>-<time>.tar.gz       executed copies of notebooks that failed, if any
+# Settings (environment): FTG_PYTHON (default python3), FTG_SITE (default /tmp/site),
+# FTG_STEP_SECONDS (default 540), FTG_ALLOW_NO_GPU=1 (run without a GPU: only for this script's
+# own tests, tests/test_gpu_scripts.py; a reference run needs the GPU).
+# DEVELOPERS.md, "Reference runs on a lent GPU", has the whole procedure.
+set -euo pipefail
+
+PROG=gpu_reference_run.sh
+PY=${FTG_PYTHON:-python3}
+SITE=${FTG_SITE:-/tmp/site}
+STEP_SECONDS=${FTG_STEP_SECONDS:-540}
+
+usage() {
+    cat <<'EOF'
+usage: bash scripts/gpu_reference_run.sh check | bench | notebooks GLOB
+  check            install the carried wheels, start a kernel, show the GPU; nothing else
+  bench [ARGS]     the capstone benchmark (python3 -m benchmarks.capstone ARGS), e.g.
+                   bench --epochs 1 --accuracy-epochs 3 if the defaults overrun the limit
+  notebooks GLOB   python3 -m helpers.suite --profile full --notebooks GLOB --save-reference
+                   the 13 notebooks (00-12) in three calls: '0[0-4]_*', '0[5-9]_*', '1[0-2]_*'
+Runs on the lent GPU machine (the device tool sets $OUT); needs .whl/ carried
+(bash scripts/gpu_wheels.sh here first).
+EOF
+}
+die() { echo "$PROG: ERROR: $*" >&2; exit 2; }
+
+SUB=${1:-}
+case "$SUB" in
+    -h | --help | help) usage; exit 0 ;;
+    check) [ $# -eq 1 ] || die "'check' takes no arguments" ;;
+    bench) ;;  # any further arguments go to benchmarks.capstone (--help lists them)
+    notebooks) [ $# -eq 2 ] && [ -n "$2" ] \
+        || die "'notebooks' takes one glob of notebook names, e.g. notebooks '0[0-4]_*'" ;;
+    "") usage >&2; die "name a subcommand: check, bench or notebooks GLOB" ;;
+    *) usage >&2; die "unknown subcommand '$SUB': use check, bench or notebooks GLOB" ;;
+esac
+GLOB=${2:-}
+BENCH_ARGS=("${@:2}")
+
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+BUILD=${FTG_BUILD_DIR:-$ROOT/build}  # where helpers.suite writes (helpers/paths.py)
+[ -n "${OUT:-}" ] || die "\$OUT is unset. This script runs on the lent GPU machine, through the \
+device tool's run, which sets OUT to the folder whose files come back. On the development \
+machine run 'bash scripts/gpu_wheels.sh' instead (DEVELOPERS.md, 'Reference runs on a lent GPU')."
+[ -d "$OUT" ] && [ -w "$OUT" ] || die "\$OUT ($OUT) is not a writable folder"
+compgen -G ".whl/*.whl" >/dev/null || die ".whl/ holds no wheels in $ROOT. Run \
+'bash scripts/gpu_wheels.sh' on the development machine, then name \".whl\" in the run's carry."
+command -v "$PY" >/dev/null || die "no $PY on this machine (FTG_PYTHON names another)"
+[[ $STEP_SECONDS =~ ^[1-9][0-9]*$ ]] || die "FTG_STEP_SECONDS must be a whole number of seconds, got '$STEP_SECONDS'"
+
+TAG="$SUB-$(date -u +%H%M%S)"
+LOG="$OUT/$TAG.log"
+exec > >(tee -a "$LOG") 2>&1
+TEE_PID=$!
+STAMP=$(mktemp)
+finish() {
+    local rc=$?
+    rm -f "$STAMP"
+    exec 1>&- 2>&-
+    wait "$TEE_PID" 2>/dev/null || true
+    exit "$rc"
+}
+trap finish EXIT
+
+export PYTHONUNBUFFERED=1
+export FTG_OFFLINE=${FTG_OFFLINE:-1}  # the machine reaches nothing: skip download attempts
+echo "== $PROG $* on $(hostname) at $(date -u '+%Y-%m-%d %H:%M:%S') UTC, step limit ${STEP_SECONDS} s"
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null \
+    || echo "(no nvidia-smi here)"
+echo "== installing $(compgen -G '.whl/*.whl' | wc -l) wheels into $SITE"
+"$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target "$SITE" .whl/*.whl
+export PYTHONPATH="$SITE:$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+
+# Preflight (about 10-30 s): the imports the suite needs, the carried wheels' requirements met
+# by what the machine has, a python3 kernel that starts and imports ipywidgets, and the GPU.
+echo "== preflight"
+NEED_GPU=1
+if [ "$SUB" = check ] || [ "${FTG_ALLOW_NO_GPU:-0}" = 1 ]; then NEED_GPU=0; fi
+FTG_SITE="$SITE" FTG_NEED_GPU=$NEED_GPU "$PY" - <<'PYEOF'
+import importlib, importlib.metadata as md, importlib.util, os, sys
+
+site, need_gpu = os.environ["FTG_SITE"], os.environ["FTG_NEED_GPU"] == "1"
+print(f"python {sys.version.split()[0]} at {sys.executable}")
+failed = []
+for mod in ("nbclient", "nbformat", "jupyter_client", "ipykernel", "ipywidgets",
+            "matplotlib_inline", "IPython", "d2l"):
+    try:
+        m = importlib.import_module(mod)
+        print(f"  {mod:18} {getattr(m, '__version__', '')!s:10} {os.path.dirname(m.__file__)}")
+    except Exception as e:  # noqa: BLE001 - report every missing piece, then stop
+        failed.append(f"{mod}: {type(e).__name__}: {e}")
+try:
+    from packaging.requirements import Requirement
+    env = {"extra": ""}
+    for dist in md.distributions(path=[site]):
+        if dist.metadata["Name"].lower() == "d2l":
+            continue  # installed without its 2023 pins on purpose (requirements-nodeps.txt)
+        for r in dist.requires or []:
+            req = Requirement(r)
+            if req.marker and not req.marker.evaluate(env):
+                continue
+            try:
+                have = md.version(req.name)
+            except md.PackageNotFoundError:
+                print(f"  WARNING: {dist.metadata['Name']} needs {req}, which is not installed")
+                continue
+            if req.specifier and not req.specifier.contains(have, prereleases=True):
+                print(f"  WARNING: {dist.metadata['Name']} needs {req}, found {have}")
+except ImportError:
+    print("  (packaging not importable: requirements of the carried wheels not checked)")
+has_torch = importlib.util.find_spec("torch") is not None
+if has_torch:
+    import torch
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    print(f"  torch {torch.__version__}, GPU: {gpu or 'none'}")
+    if need_gpu and gpu is None:
+        failed.append("torch sees no CUDA GPU: a reference run needs one")
+elif need_gpu:
+    failed.append("torch is not importable")
+if failed:
+    sys.exit("preflight FAILED:\n  " + "\n  ".join(failed))
+
+import nbformat
+from jupyter_client.kernelspec import KernelSpecManager
+from nbclient import NotebookClient
+
+spec = KernelSpecManager().get_kernel_spec("python3")
+print(f"  kernel python3: {' '.join(spec.argv)}")
+nb = nbformat.v4.new_notebook()
+nb.cells = [nbformat.v4.new_code_cell(
+    "import sys, ipywidgets\n"
+    "s = ipywidgets.IntSlider(value=42)\n"
+    "print('kernel ok', sys.version.split()[0], sys.executable, 'ipywidgets', ipywidgets.__version__, s.value)")]
+if importlib.util.find_spec("matplotlib") is not None:  # the backend the suite sets
+    nb.cells.append(nbformat.v4.new_code_cell(
+        "import matplotlib\nmatplotlib.use('module://matplotlib_inline.backend_inline')\n"
+        "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()\n"
+        "print('kernel matplotlib', matplotlib.__version__, matplotlib.get_backend())"))
+if has_torch:  # what notebook 00 imports; the kernel must see the GPU too
+    nb.cells.append(nbformat.v4.new_code_cell(
+        "import torch\nfrom d2l import torch as d2l\n"
+        "print('kernel torch', torch.__version__, 'cuda', torch.cuda.is_available())"))
+NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+for cell in nb.cells:
+    for out in cell.outputs:
+        if "text" in out:
+            print("  " + out["text"].strip())
+        elif "image/png" in out.get("data", {}):
+            print(f"  (an inline PNG figure, {len(out['data']['image/png'])} base64 characters)")
+print("preflight ok")
+PYEOF
+
+# Run one step under the time limit; a step that overruns is stopped (TERM, then KILL) so that
+# what it finished is still packed into $OUT before the tool's own limit.
+step() {
+    local rc=0
+    echo "== $* (stopped after ${STEP_SECONDS} s)"
+    timeout --signal=TERM --kill-after=20 "$STEP_SECONDS" "$@" || rc=$?
+    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+        echo "== STOPPED at the ${STEP_SECONDS} s limit: split the work over more calls"
+    fi
+    echo "== exit status $rc"
+    return "$rc"
+}
+
+# A suite call that did not finish (a notebook failed, or the limit stopped it) saves nothing
+# itself; keep the notebooks that did finish, so the next call need not run them again.
+salvage() {
+    if [ ! "$BUILD/run.json" -nt "$STAMP" ]; then
+        echo "== no notebook finished in this call"
+        return 0
+    fi
+    FTG_GLOB="$GLOB" "$PY" - <<'PYEOF'
+import json, os, shutil, tempfile
+from pathlib import Path
+
+from helpers import paths, suite
+
+log = json.loads((paths.build_dir() / "run.json").read_text())["notebooks"]
+ok = [n for n, r in log.items() if r["status"] == "ok" and (paths.results_dir() / f"{n}.json").is_file()]
+failed = [n for n, r in log.items() if r["status"] != "ok"]
+unfinished = [p.stem for p in suite.notebook_paths(os.environ["FTG_GLOB"]) if p.stem not in log]
+print(f"== finished ok: {', '.join(ok) or 'none'}; failed: {', '.join(failed) or 'none'}; "
+      f"stopped or not reached: {', '.join(unfinished) or 'none'}")
+if ok:
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in ok:
+            shutil.copy2(paths.results_dir() / f"{n}.json", Path(tmp) / f"{n}.json")
+        print(f"== saved the finished notebooks' results to {suite.save_reference(Path(tmp))}")
+PYEOF
+}
+
+# Pack what this call produced into $OUT (at most 8 files come back; this writes at most 5).
+collect() {
+    local new
+    new=$(find results/reference -type f -newer "$STAMP" 2>/dev/null | sort)
+    if [ -n "$new" ]; then
+        printf '%s\n' "$new" | tar -czf "$OUT/reference-$TAG.tar.gz" -T -
+        echo "== packed into reference-$TAG.tar.gz:"
+        printf '   %s\n' $new
+    else
+        echo "== nothing new under results/reference/ in this call"
+    fi
+    if [ "$SUB" = notebooks ]; then
+        # only this call's: a warm machine keeps build/ from the call before
+        [ "$BUILD/report.md" -nt "$STAMP" ] && cp "$BUILD/report.md" "$OUT/report-$TAG.md"
+        [ "$BUILD/run.json" -nt "$STAMP" ] || return 0
+        cp "$BUILD/run.json" "$OUT/run-$TAG.json"
+        local failed
+        failed=$("$PY" -c 'import json, sys; d = json.load(open(sys.argv[1]))["notebooks"]
+print(" ".join(f"{n}.ipynb" for n, r in d.items() if r["status"] != "ok"))' "$BUILD/run.json" \
+            2>/dev/null || true)
+        if [ -n "$failed" ]; then
+            # shellcheck disable=SC2086
+            tar -czf "$OUT/failed-$TAG.tar.gz" -C "$BUILD/notebooks" $failed 2>/dev/null || true
+            if [ -f "$OUT/failed-$TAG.tar.gz" ] \
+                && [ "$(stat -c %s "$OUT/failed-$TAG.tar.gz")" -gt $((15 * 1048576)) ]; then
+                rm -f "$OUT/failed-$TAG.tar.gz"
+                echo "== executed copies of the failed notebooks too large to bring back"
+            fi
+        fi
+    fi
+}
+
+rc=0
+case "$SUB" in
+    check) ;;  # the preflight was all
+    bench)
+        step "$PY" -m benchmarks.capstone "${BENCH_ARGS[@]}" || rc=$?
+        collect
+        ;;
+    notebooks)
+        step "$PY" -m helpers.suite --profile full --notebooks "$GLOB" --save-reference \
+            --timeout "$STEP_SECONDS" || rc=$?
+        [ "$rc" -eq 0 ] || salvage || echo "== salvage failed"
+        collect
+        ;;
+esac
+
+echo
+echo "== files in \$OUT: $(cd "$OUT" && ls | tr '\n' ' ')"
+if [ -f "$OUT/reference-$TAG.tar.gz" ]; then
+    added=$(tar -tzf "$OUT/reference-$TAG.tar.gz" | xargs -n1 dirname | sort -u | tr '\n' ' ')
+    cat <<EOF
+== NEXT, on the development machine, in the repository root:
+   tar -xzf <files_at>/reference-$TAG.tar.gz   # adds to $added
+   git status --short results/reference/   # the new files
+   make run                                # the report shows the reference beside this machine's
+   git add results/reference/ && git commit -m 'Reference results (GPU): ...'
+   The other steps, one call each: bench, notebooks '0[0-4]_*', '0[5-9]_*', '1[0-2]_*'.
+EOF
+elif [ "$SUB" != check ]; then
+    echo "== NOTHING to bring back from this call: no new reference results (see the log above)"
+fi
+[ "$rc" -eq 0 ] || echo "== $PROG: the step failed (exit status $rc); see $TAG.log"
+exit "$rc"

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Fetch the wheels the lent GPU machine lacks (scripts/gpu_wheels.txt) into .whl/, for Python 3.12
+# on x86-64 Linux. Run HERE (a machine that reaches the package index), in the repository root:
+#
+#     bash scripts/gpu_wheels.sh
+#
+# Then name ".whl" in the device tool's `carry` and run scripts/gpu_reference_run.sh there
+# (DEVELOPERS.md, "Reference runs on a lent GPU"). .whl/ is ignored by git; it travels only when
+# carried, and counts towards the 64 MiB a call may send.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+LIST=scripts/gpu_wheels.txt
+DEST=.whl
+LIMIT_MIB=64  # what one device call may send: working tree + carried paths
+
+die() { echo "gpu_wheels.sh: $*" >&2; exit 1; }
+
+# Any Python with pip will do: --python-version/--platform make pip pick the 3.12 manylinux wheels.
+PY=${PYTHON:-}
+if [ -z "$PY" ]; then
+    for cand in .venv/bin/python python3 python; do
+        if "$cand" -m pip --version >/dev/null 2>&1; then PY=$cand; break; fi
+    done
+fi
+[ -n "$PY" ] || die "no Python with pip found (set PYTHON=/path/to/python)"
+[ -f "$LIST" ] || die "$LIST is missing"
+
+mapfile -t PINS < <(sed -e 's/#.*//' -e 's/[[:space:]]//g' "$LIST" | grep -v '^$')
+[ "${#PINS[@]}" -gt 0 ] || die "$LIST names no wheels"
+for pin in "${PINS[@]}"; do
+    [[ $pin =~ ^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!-]+$ ]] \
+        || die "$LIST: '$pin' is not of the form name==version"
+done
+
+# Download into a fresh folder and swap it in only when every wheel came: a stale wheel of
+# another version left in .whl/ would make the install there fail ("two versions").
+TMP=$(mktemp -d "${DEST}.tmp.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+echo "Downloading ${#PINS[@]} wheels for CPython 3.12 manylinux x86-64 with $PY ..."
+"$PY" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+    --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+    --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
+    -d "$TMP" "${PINS[@]}"
+
+count=$(find "$TMP" -maxdepth 1 -name '*.whl' | wc -l)
+[ "$count" -eq "${#PINS[@]}" ] \
+    || die "expected ${#PINS[@]} wheels, got $count in $TMP: $(ls "$TMP")"
+rm -rf "$DEST"
+mv "$TMP" "$DEST"
+trap - EXIT
+
+whl_bytes=$(du -cb "$DEST"/*.whl | tail -n1 | cut -f1)
+# What else a device call sends: tracked files and untracked files git does not ignore.
+tree_bytes=$(git ls-files -z --cached --others --exclude-standard 2>/dev/null \
+    | xargs -0 -r stat -c %s -- 2>/dev/null | awk '{s += $1} END {print s + 0}')
+mib() { awk -v b="$1" 'BEGIN {printf "%.1f", b / 1048576}'; }
+ls -l "$DEST"
+echo "$count wheels in $DEST/: $(mib "$whl_bytes") MiB"
+echo "with the working tree ($(mib "$tree_bytes") MiB) a device call sends" \
+     "$(mib $((whl_bytes + tree_bytes))) MiB (limit $LIMIT_MIB MiB)"
+if [ $((whl_bytes + tree_bytes)) -gt $((LIMIT_MIB * 1048576 * 9 / 10)) ]; then
+    die "that is within 10% of the $LIMIT_MIB MiB limit: remove large untracked files first"
+fi
+echo "next: device tool run with carry [\".whl\"], command 'bash scripts/gpu_reference_run.sh bench'"

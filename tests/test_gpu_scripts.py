@@ -1,0 +1,249 @@
+"""The scripts of a reference run on a lent GPU (DEVELOPERS.md, "Reference runs on a lent GPU"):
+the wheel list agrees with our pins and is closed under its requirements, the run script refuses
+to start without the device tool's $OUT or the carried wheels, and it saves, salvages and packs
+a run's results (checked here without a GPU, on tiny notebooks, with FTG_ALLOW_NO_GPU=1)."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+from packaging.requirements import Requirement
+
+ROOT = Path(__file__).resolve().parents[1]
+WHEELS_SH = ROOT / "scripts" / "gpu_wheels.sh"
+RUN_SH = ROOT / "scripts" / "gpu_reference_run.sh"
+WHEELS_TXT = ROOT / "scripts" / "gpu_wheels.txt"
+# What the GPU machine's python3 is (Python 3.12 on x86-64 Linux), for requirement markers.
+GPU_MARKERS = {"python_version": "3.12", "python_full_version": "3.12.3", "sys_platform": "linux",
+               "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix",
+               "implementation_name": "cpython", "platform_python_implementation": "CPython",
+               "extra": ""}
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _pins(path: Path) -> list[tuple[str, str]]:
+    """(normalised name, version) of every `name==version` line, comments and blanks skipped."""
+    out = []
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", line)
+            assert m, f"{path.name}: {line!r} is not name==version"
+            out.append((_norm(m[1]), m[2]))
+    return out
+
+
+def test_both_scripts_are_valid_bash():
+    for script in (WHEELS_SH, RUN_SH):
+        subprocess.run(["bash", "-n", str(script)], check=True)
+
+
+def test_wheel_list_has_one_version_of_each_and_agrees_with_our_pins():
+    pins = _pins(WHEELS_TXT)
+    names = [n for n, _ in pins]
+    assert len(pins) >= 30, "the closure of nbclient, ipykernel, ipywidgets and d2l is ~35 wheels"
+    assert len(set(names)) == len(names), f"duplicates: {sorted({n for n in names if names.count(n) > 1})}"
+    ours = dict(_pins(ROOT / "requirements.txt")) | dict(_pins(ROOT / "requirements-nodeps.txt"))
+    shared = {n: v for n, v in pins if n in ours}
+    assert {"ipykernel", "ipywidgets", "nbclient", "matplotlib-inline", "d2l"} <= shared.keys()
+    differ = {n: (v, ours[n]) for n, v in shared.items() if v != ours[n]}
+    assert not differ, f"gpu_wheels.txt vs requirements*.txt (name: (gpu, ours)): {differ}"
+
+
+def test_wheel_list_is_closed_under_its_requirements():
+    """Every requirement (as Python 3.12 on Linux sees it) of a listed package is listed too, or
+    named on the `already-there:` line (the GPU machine has it). Read from the installed
+    packages' metadata where the installed version is the listed one."""
+    pins = dict(_pins(WHEELS_TXT))
+    there_lines = [ln for ln in WHEELS_TXT.read_text().splitlines() if ln.startswith("# already-there:")]
+    assert len(there_lines) == 1, "gpu_wheels.txt needs one '# already-there: ...' line"
+    there = {_norm(n) for n in there_lines[0].split(":", 1)[1].split()}
+    assert not there & pins.keys(), f"both carried and already there: {there & pins.keys()}"
+    checked, missing = [], []
+    for name, version in pins.items():
+        if name == "d2l":  # installed with --no-deps: its 2023 pins are not wanted
+            continue
+        try:
+            dist = md.distribution(name)
+        except md.PackageNotFoundError:
+            continue
+        if dist.version != version:
+            continue
+        checked.append(name)
+        for r in dist.requires or []:
+            req = Requirement(r)
+            if req.marker and not req.marker.evaluate(GPU_MARKERS):
+                continue
+            if _norm(req.name) not in pins and _norm(req.name) not in there:
+                missing.append(f"{name} needs {req}")
+    if len(checked) < len(pins) // 2:
+        pytest.skip(f"only {len(checked)} of {len(pins)} listed packages are installed here at the "
+                    "listed version; run `make install`")
+    assert not missing, "not in gpu_wheels.txt: " + "; ".join(missing)
+
+
+def _run_script(args: list[str], cwd: Path, env: dict[str, str], timeout: int = 240):
+    return subprocess.run(["bash", str(cwd / "scripts" / "gpu_reference_run.sh"), *args], cwd=cwd,
+                          env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OUT", "PYTHONPATH", "FTG_BUILD_DIR", "FTG_PYTHON", "FTG_SITE",
+                        "FTG_STEP_SECONDS", "FTG_ALLOW_NO_GPU")}
+    env.update(extra)
+    return env
+
+
+def _script_copy(tmp_path: Path) -> Path:
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    shutil.copy2(RUN_SH, repo / "scripts" / RUN_SH.name)
+    return repo
+
+
+def _tiny_wheel(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(folder / "ftg_tiny-0.1-py3-none-any.whl", "w") as z:
+        z.writestr("ftg_tiny/__init__.py", "")
+        z.writestr("ftg_tiny-0.1.dist-info/METADATA", "Metadata-Version: 2.1\nName: ftg-tiny\nVersion: 0.1\n")
+        z.writestr("ftg_tiny-0.1.dist-info/WHEEL",
+                   "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr("ftg_tiny-0.1.dist-info/RECORD", "")
+
+
+def test_run_script_refuses_without_out(tmp_path):
+    repo = _script_copy(tmp_path)
+    _tiny_wheel(repo / ".whl")
+    r = _run_script(["bench"], repo, _clean_env())
+    assert r.returncode != 0
+    assert "$OUT is unset" in r.stderr and "device tool" in r.stderr
+    assert not (tmp_path / "site").exists()
+
+
+def test_run_script_refuses_without_wheels(tmp_path):
+    repo = _script_copy(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    for args in (["bench"], ["notebooks", "0[0-4]_*"]):
+        r = _run_script(args, repo, _clean_env(OUT=str(out)))
+        assert r.returncode != 0
+        assert ".whl/ holds no wheels" in r.stderr and "scripts/gpu_wheels.sh" in r.stderr
+    assert list(out.iterdir()) == []
+
+
+def test_run_script_rejects_bad_subcommands(tmp_path):
+    repo = _script_copy(tmp_path)
+    env = _clean_env(OUT=str(tmp_path))
+    for args, msg in ((["frobnicate"], "unknown subcommand"), ([], "name a subcommand"),
+                      (["notebooks"], "takes one glob"), (["check", "x"], "takes no arguments")):
+        r = _run_script(args, repo, env)
+        assert r.returncode == 2 and msg in r.stderr, (args, r.stderr)
+    r = _run_script(["--help"], repo, env)
+    assert r.returncode == 0 and "notebooks GLOB" in r.stdout
+
+
+def test_save_reference_twice_into_one_folder_accumulates(tmp_path, monkeypatch):
+    """Separate calls (one glob each) on one GPU on one day save into the same folder."""
+    from helpers import paths, results, suite
+
+    monkeypatch.setattr(paths, "reference_results_dir", lambda: tmp_path / "reference")
+    gpu = {"cpu": "Some CPU", "gpus": [{"name": "NVIDIA H100 80GB HBM3"}]}
+    targets = []
+    for call, notebooks in enumerate((["00_a", "01_b"], ["05_c"])):
+        res = tmp_path / f"results{call}"  # the suite empties build/results at every start
+        for nb in notebooks:
+            rec = results.Recorder(nb, profile="full", directory=res)
+            rec.measure("x", float(call), "s")
+            rec.data["hardware"] = gpu
+            rec.save()
+        targets.append(suite.save_reference(res))
+    assert targets[0] == targets[1]
+    assert sorted(p.name for p in targets[0].iterdir()) == ["00_a.json", "01_b.json", "05_c.json"]
+
+
+def _repo_with_tiny_notebooks(tmp_path: Path) -> Path:
+    repo = _script_copy(tmp_path)
+    shutil.copytree(ROOT / "helpers", repo / "helpers",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (repo / "notebooks").mkdir()
+    _tiny_wheel(repo / ".whl")
+    record = ("from helpers.results import Recorder\n"
+              "rec = Recorder({name!r}, profile='full')\nrec.measure('x', 1.5, 's')\n")
+    for name, extra in (("96_second", ""), ("97_ok", ""), ("98_bad", "raise ValueError('boom')")):
+        nb = nbformat.v4.new_notebook()
+        nb.cells = [nbformat.v4.new_code_cell(record.format(name=name) + extra)]
+        nbformat.write(nb, repo / "notebooks" / f"{name}.ipynb")
+    return repo
+
+
+def _tar_names(out: Path) -> list[str]:
+    (tar,) = out.glob("reference-notebooks-*.tar.gz")
+    with tarfile.open(tar) as t:
+        return sorted(t.getnames())
+
+
+def test_run_script_saves_salvages_and_packs_without_a_gpu(tmp_path):
+    """Call 1: 97 passes, 98 fails, so the suite saves nothing and the script keeps 97's results;
+    call 2 (another glob): 96 is saved by the suite into the same folder. Each call packs only
+    its own new files; the log, report and run.json come back too."""
+    repo = _repo_with_tiny_notebooks(tmp_path)
+    env = _clean_env(FTG_PYTHON=sys.executable, FTG_SITE=str(tmp_path / "site"), FTG_ALLOW_NO_GPU="1")
+    out1, out2 = tmp_path / "out1", tmp_path / "out2"
+    out1.mkdir()
+    out2.mkdir()
+
+    r1 = _run_script(["notebooks", "9[78]_*"], repo, env | {"OUT": str(out1)})
+    assert r1.returncode == 1, r1.stdout + r1.stderr
+    assert "preflight ok" in r1.stdout and "kernel ok" in r1.stdout
+    assert "finished ok: 97_ok; failed: 98_bad" in r1.stdout
+    (folder,) = (repo / "results" / "reference").iterdir()
+    names1 = _tar_names(out1)
+    assert names1 == [f"results/reference/{folder.name}/97_ok.json"]
+    kinds = {p.name.split("-")[0] for p in out1.iterdir()}
+    assert kinds == {"notebooks", "reference", "report", "run", "failed"}, kinds
+    assert len(list(out1.iterdir())) <= 8
+    (log,) = out1.glob("notebooks-*.log")
+    assert "NEXT" in log.read_text()
+
+    r2 = _run_script(["notebooks", "96_*"], repo, env | {"OUT": str(out2)})
+    assert r2.returncode == 0, r2.stdout + r2.stderr
+    assert _tar_names(out2) == [f"results/reference/{folder.name}/96_second.json"]
+    assert sorted(p.name for p in folder.iterdir()) == ["96_second.json", "97_ok.json"]
+    run = json.loads(next(out2.glob("run-*.json")).read_text())
+    assert list(run["notebooks"]) == ["96_second"]
+
+
+def test_developers_guide_gives_device_calls_that_fit_the_tool():
+    """The example `run {...}` calls in DEVELOPERS.md parse, carry the wheels, and fit the tool's
+    limits (command <= 2000 characters, timeout_s <= 600); their subcommands exist."""
+    text = (ROOT / "DEVELOPERS.md").read_text()
+    assert "## Reference runs on a lent GPU" in text
+    section = text.split("## Reference runs on a lent GPU", 1)[1]
+    calls = [json.loads(line.strip()[4:]) for line in section.splitlines()
+             if line.strip().startswith("run {")]
+    assert len(calls) >= 3
+    usage = subprocess.run(["bash", str(RUN_SH), "--help"], capture_output=True, text=True,
+                           check=True).stdout
+    for call in calls:
+        assert len(call["command"]) <= 2000
+        assert call.get("timeout_s", 600) <= 600
+        assert ".whl" in call["carry"]
+        assert "bash scripts/gpu_reference_run.sh " in call["command"]
+        sub = call["command"].split("gpu_reference_run.sh ", 1)[1].split()[0]
+        assert sub in ("check", "bench", "notebooks") and sub in usage
+    assert "bash scripts/gpu_wheels.sh" in section and "can_start_another" in section
