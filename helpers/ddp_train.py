@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -32,7 +31,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from .launch import run_rank
+from .launch import exit_rank, run_rank
 
 MODELS = ("mlp", "mlp_bn")
 
@@ -269,4 +268,4 @@ def _free_port() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_rank(main())

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -25,7 +24,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from .launch import run_rank
+from .launch import exit_rank, run_rank
 
 
 def encoder(in_features: int = 256, hidden: int = 1024, depth: int = 2) -> nn.Sequential:
@@ -192,4 +191,4 @@ def _median_time(fn, repeats: int, *, sync) -> float:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_rank(main())

@@ -273,6 +273,7 @@ CASES = [
     case(suite.notebook_paths, ValueError, r"pattern must be a glob of notebook names .* got ''", ""),
     case(suite.execute, ValueError, r"timeout must be a positive int \(seconds per cell\), got 0", Path("x.ipynb"), Path("out"), 0),
     case(suite.execute, FileNotFoundError, r"nb_path .*missing.ipynb is not a notebook file", Path("/nonexistent/missing.ipynb"), Path("out"), 10),
+    case(suite.save_reference, FileNotFoundError, r"save_reference: no result files in /nonexistent/results; run the notebooks first", Path("/nonexistent/results")),
     # --- catalog ---------------------------------------------------------------------------
     case(catalog.load, FileNotFoundError, r"catalog: path .*nothere.toml is not a file", "/nonexistent/nothere.toml"),
     case(catalog.runtime_table, TypeError, r"entries must be the list of dicts catalog.load\(\) returns", 5),

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -160,3 +162,11 @@ def test_old_run_folders_are_pruned(monkeypatch, tmp_path):
     launch._runs_dir()
     left = sorted(p.name for p in runs.iterdir())
     assert len(left) == launch.KEEP_RUNS and left[0] == "run05"
+
+
+def test_exit_rank_flushes_output_and_keeps_the_exit_code():
+    code = ("import sys; from helpers.launch import exit_rank; print('done', end=''); "
+            "print('warn', end='', file=sys.stderr); exit_rank(3)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       cwd=Path(__file__).resolve().parents[1])
+    assert (p.returncode, p.stdout, p.stderr.strip().endswith("warn")) == (3, "done", True)
