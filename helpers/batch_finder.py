@@ -90,12 +90,16 @@ def _search(try_batch: Callable[[int], int | None], start: int, max_batch: int,
     def fits(bs: int) -> bool:
         bar.set_postfix(batch=bs)
         bar.update()
+        oom = False
         try:
             used = try_batch(bs)
         except (torch.OutOfMemoryError, RuntimeError) as e:
             if not is_oom(e):
                 raise
-            del e
+            oom = True
+        if oom:
+            # Freed only here: inside the except block the exception's traceback still holds the
+            # failed try's frame, and with it the tensors that filled the device.
             free_memory()
             result.tried.append((bs, False, None, "out of memory"))
             return False

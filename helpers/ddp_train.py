@@ -31,7 +31,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from .launch import exit_rank, run_rank
+from .devices import synchronize
+from .launch import exit_rank, free_port, run_rank
 
 MODELS = ("mlp", "mlp_bn")
 
@@ -126,10 +127,10 @@ def single_process_step_times(*, threads: int, model: str = "mlp", batch: int = 
         x, y = x.to(device), y.to(device)
         times = []
         for i in range(warmup + steps):
-            _sync(device)
+            synchronize(device)
             t0 = time.perf_counter()
             train_step(net, opt, x, y)
-            _sync(device)
+            synchronize(device)
             if i >= warmup:
                 times.append(time.perf_counter() - t0)
         return times
@@ -184,7 +185,7 @@ def _train(a: argparse.Namespace, rank: int, world: int, local_rank: int,
            out: Path | None) -> int:
     torch.set_num_threads(a.threads)
     if world == 1 and "MASTER_ADDR" not in os.environ:  # plain `python -m helpers.ddp_train`
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), RANK="0",
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0",
                           WORLD_SIZE="1")
     backend = a.backend
     if backend == "auto":
@@ -218,7 +219,7 @@ def _train(a: argparse.Namespace, rank: int, world: int, local_rank: int,
         sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank
         for x, y in loader:
             if step == a.warmup:
-                _sync(device)
+                synchronize(device)
                 t_start = time.perf_counter()
             if rank == a.fail_rank and step == a.fail_step:
                 raise RuntimeError(f"rank {rank}: deliberate failure at step {step} (--fail-rank)")
@@ -226,11 +227,11 @@ def _train(a: argparse.Namespace, rank: int, world: int, local_rank: int,
             loss = train_step(net, opt, x.to(device, non_blocking=True),
                               y.to(device, non_blocking=True))
             losses.append(float(loss))
-            _sync(device)
+            synchronize(device)
             step_times.append(time.perf_counter() - t0)
             step += 1
         log(f"epoch {epoch}: loss {losses[-1]:.4f} ({step} steps)", flush=True)
-    _sync(device)
+    synchronize(device)
     timed = step - a.warmup
     elapsed = time.perf_counter() - t_start if t_start is not None and timed > 0 else float("nan")
 
@@ -252,19 +253,6 @@ def _train(a: argparse.Namespace, rank: int, world: int, local_rank: int,
     log(f"done: {timed} timed steps, {result['samples_per_s'] or 0:.0f} samples/s on rank 0",
         flush=True)
     return 0
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 if __name__ == "__main__":

@@ -260,31 +260,17 @@ def reencode_jpeg(x: torch.Tensor, quality: int = 75) -> torch.Tensor:
 def time_epochs(fn, *, repeats: int = 3, warmup: int = 0,
                 device: str | torch.device | None = None, label: str = "epoch"):
     """Seconds per call of `fn` (one epoch), as a `timing.Measurement`: `warmup` untimed calls,
-    then `repeats` timed ones, the device synchronised around each.
-
-    For whole epochs we time each call once with `timing.Timer` rather than with
-    `timing.benchmark`: torch.utils.benchmark adds two hidden warm-up calls to every timed
-    run (three epochs for one) and runs with one intra-op thread by default.
-    """
-    import statistics
-
-    from .timing import Measurement, Timer
+    then `repeats` timed ones, the GPU synchronised around each (`timing.benchmark`).
+    `device` is checked, so a typo fails here rather than deep in `fn`."""
+    from .devices import as_device
+    from .timing import benchmark
 
     for name, value, low in (("repeats", repeats, 1), ("warmup", warmup, 0)):
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
             raise ValueError(f"time_epochs: {name} must be an int >= {low}, got {value!r}")
-    for _ in range(warmup):
-        fn()
-    timer = Timer(device)
-    timer.times.clear()
-    for _ in range(repeats):
-        timer.start()
-        fn()
-        timer.stop()
-    times = timer.times
-    q = statistics.quantiles(times, n=4) if len(times) >= 2 else [times[0]] * 3
-    return Measurement(label=label, median=statistics.median(times), iqr=q[2] - q[0],
-                       mean=statistics.fmean(times), min=min(times), n=repeats, times=list(times))
+    if device is not None:
+        as_device(device)
+    return benchmark(fn, repeats=repeats, warmup=warmup, number=1, label=label)
 
 
 def time_loader(dataset: Dataset, *, batch_size: int, repeats: int = 3, warmup: int = 0,

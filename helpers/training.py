@@ -495,7 +495,9 @@ def train(
                 optimizer_steps=opt_steps,
             )
             if test_iter is not None:
-                stats.test_accuracy = evaluate(net if not compile_model else model, test_iter,
+                # the eager module shares the compiled one's weights; evaluating it avoids a
+                # recompile (and CUDA-graph re-recording) for eval mode and the test shapes
+                stats.test_accuracy = evaluate(net, test_iter,
                                                device=dev, precision=plan.effective,
                                                channels_last=channels_last, loss_fn=loss_fn)["accuracy"]
             hist.epochs.append(stats)

@@ -168,9 +168,11 @@ def test_optimizer_factory_instance_scheduler_and_fused():
                           optimizer=torch.optim.SGD(net.parameters(), lr=0.1),
                           scheduler=lambda o: torch.optim.lr_scheduler.StepLR(o, 2, gamma=0.1),
                           scheduler_interval="step")
-    assert net is not None and hist.last.optimizer_steps == 4
-    fused = training.train(_mlp(), data, device="cpu", fused=True, progress=False)
-    assert fused.last.loss > 0
+    # stepped per step: 4 steps of StepLR(2, 0.1) -> 0.1 * 0.1**2 (per epoch it would stay 0.1)
+    assert hist.last.optimizer_steps == 4 and hist["lr"] == pytest.approx([1e-3])
+    assert training._make_optimizer(_mlp(), None, 0.1, True).defaults.get("fused") is True
+    fused = training.train(_mlp(), data, device="cpu", fused=True, progress=False, num_epochs=3)
+    assert fused["loss"][-1] < fused["loss"][0]
     with pytest.raises(TypeError, match="optimizer factory must return"):
         training.train(_mlp(), data, device="cpu", optimizer=lambda p: None, progress=False)
 
