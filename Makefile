@@ -8,16 +8,18 @@ BIN     := $(VENV)/bin
 PROFILE ?= auto
 STAMP   := $(VENV)/.installed
 export PYTHONUNBUFFERED := 1
-export MPLBACKEND := Agg
+# No MPLBACKEND here: a Jupyter server or kernel that inherits Agg shows no plots. Unit tests
+# choose Agg in tests/conftest.py; the benchmarks recipe sets it for itself.
 
-.PHONY: install run test test-twice lint unit notebooks benchmarks bench reference lab clean help
+.PHONY: install run test test-twice lint unit notebooks benchmarks bench reference lab kernel clean help
 
 help:
 	@echo "make run [PROFILE=smoke|full]  execute the suite, write build/report.html"
 	@echo "make test                     lint + unit tests + notebooks (smoke profile)"
 	@echo "make bench                    the capstone benchmark (reference vs fast recipe)"
 	@echo "make reference                on a GPU: full profile + bench, saved to results/reference/"
-	@echo "make lab                      JupyterLab on the notebooks"
+	@echo "make lab                      JupyterLab on the notebooks (loopback, token)"
+	@echo "make kernel                   register this environment as a kernel for your own Jupyter"
 	@echo "make clean                    remove executed copies, generated data and results"
 
 # The environment is rebuilt only when the pins change; a second call starts in seconds.
@@ -42,7 +44,7 @@ unit: install
 	FTG_PROFILE=smoke $(BIN)/python -m pytest tests -q
 
 benchmarks: install   # speed ratios (never absolute times): run on a quiet machine
-	FTG_PROFILE=smoke $(BIN)/python -m pytest benchmarks -q
+	MPLBACKEND=Agg FTG_PROFILE=smoke $(BIN)/python -m pytest benchmarks -q
 
 notebooks: install
 	FTG_PROFILE=smoke $(BIN)/python -m pytest -q --nbval-lax --nbval-current-env \
@@ -71,8 +73,15 @@ reference: install
 	$(BIN)/python -m helpers.suite --profile full --save-reference
 	$(BIN)/python -m benchmarks.capstone
 
+# Loopback, token, no news pop-up, --allow-root only as root (containers): helpers/lab.py.
 lab: install
-	$(BIN)/jupyter lab notebooks
+	$(BIN)/python -m helpers.lab notebooks
+
+# A named kernel in the user's Jupyter data dir (--user, not --sys-prefix: a kernel inside this
+# venv would be seen only by this venv's own Jupyter, not by the learner's JupyterLab or VS Code).
+kernel: install
+	@v=$$($(BIN)/python -c "from importlib.metadata import version; print(version('torch'))"); \
+	$(BIN)/python -m ipykernel install --user --name feed-the-gpu --display-name "Feed the GPU (torch $$v)"
 
 clean:
 	rm -rf build

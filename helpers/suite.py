@@ -84,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     profile = profiles.resolve(args.profile)
     os.environ[profiles.ENV_VAR] = profile  # the kernels inherit it
-    os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    # Inline, whatever the caller set (a shell with MPLBACKEND=Agg would leave the copies without plots).
+    os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
     os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # keep the profiler's C++ logging out of the progress
     build = paths.build_dir()
     out_dir = build / "notebooks"

@@ -26,3 +26,13 @@ def cpu_threads(n: int) -> Iterator[int]:
         yield n
     finally:
         torch.set_num_threads(before)
+
+
+# The thread count this process started with: `helpers` is imported before any notebook changes
+# it, so a setup cell run a second time reads the machine's default, not its own earlier change.
+_STARTED_WITH = torch.get_num_threads()
+
+
+def started_with() -> int:
+    """PyTorch's intra-op thread count when this process first imported `helpers.threads`."""
+    return _STARTED_WITH

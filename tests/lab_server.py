@@ -1,4 +1,8 @@
-"""A throw-away JupyterLab server for the browser test: loopback only, token auth, its own dirs.
+"""A throw-away JupyterLab server for the browser test, started as `make lab` starts it.
+
+The command line and environment come from `helpers.lab` (what `make lab` runs): loopback,
+token auth, no news pop-up, `--allow-root` only as root, the caller's environment passed on
+unchanged. The test adds only a port, a token it knows, and its own Jupyter folders.
 
     with LabServer(root=tmp_dir, env={"FTG_PROFILE": "smoke"}) as lab:
         page.goto(lab.url("lab/tree/01_data_loading.ipynb"))
@@ -17,7 +21,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
@@ -26,13 +29,14 @@ from pathlib import Path
 
 import psutil
 
-# JupyterLab settings for a test run: no autosave (the notebook is a copy anyway), every cell
-# in the DOM (no windowing), no news or update pop-ups over the page.
+from helpers import lab
+
+# JupyterLab user settings for a test run: no autosave (the notebook is a copy anyway), and every
+# cell in the DOM (no windowing), so the test can count the images of the whole notebook.
+# Nothing else: the news pop-up must be kept away by `make lab`'s own settings.
 SETTINGS = {
     "@jupyterlab/docmanager-extension/plugin.jupyterlab-settings": {"autosave": False},
     "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
-    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {
-        "fetchNews": "false", "checkForUpdates": False},
 }
 
 
@@ -74,7 +78,7 @@ class LabServer:
             p = dirs["settings"] / rel
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_text(json.dumps(values))
-        env = {
+        env = lab.environment({
             **os.environ,
             "JUPYTER_RUNTIME_DIR": str(dirs["runtime"]),
             "JUPYTER_CONFIG_DIR": str(dirs["config"]),
@@ -82,23 +86,18 @@ class LabServer:
             "IPYTHONDIR": str(dirs["ipython"]),
             "JUPYTER_PLATFORM_DIRS": "0",
             **self.extra_env,
-        }
-        cmd = [
-            sys.executable, "-m", "jupyterlab",
+        })
+        cmd = lab.command(self.root, [
             "--no-browser",
-            "--ServerApp.ip=127.0.0.1",
             f"--ServerApp.port={self.port}",
             "--ServerApp.port_retries=0",
             f"--IdentityProvider.token={self.token}",
-            f"--ServerApp.root_dir={self.root}",
             f"--LabApp.user_settings_dir={dirs['settings']}",
             f"--LabApp.workspaces_dir={dirs['workspaces']}",
             "--LabApp.expose_app_in_browser=True",
             "--LabApp.extension_manager=readonly",  # no PyPI queries from the test
             "--ServerApp.terminals_enabled=False",
-        ]
-        if hasattr(os, "geteuid") and os.geteuid() == 0:  # CI containers often run as root
-            cmd.append("--allow-root")
+        ])
         if self.log_path is None:
             self.log_path = self.home / "server.log"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,10 +1,12 @@
-"""End to end in a real browser: JupyterLab + headless Chromium run notebook 01 like a learner.
+"""End to end in a real browser: every notebook, run like a learner in JupyterLab + headless Chromium.
 
-It starts JupyterLab (token auth, 127.0.0.1 only, a free port, throw-away Jupyter dirs), opens a
-copy of `notebooks/01_data_loading.ipynb` in Debian's Chromium driven by Playwright, runs all
-cells from the Run menu in the smoke profile, and checks what a learner would see: no cell
-shows an error, a plot image renders, the ipywidgets controls of the explore section render,
-and changing a control re-runs the experiment and replaces the plot. Screenshots go to
+One JupyterLab server, started as `make lab` starts it (`helpers.lab`: same command line, the
+test's own environment passed on unchanged, token auth, 127.0.0.1 only), serves copies of all
+notebooks; one Chromium page runs them in sequence from the Run menu (smoke profile). For each
+notebook it checks what a learner would see: no cell shows an error, at least as many plot
+images render as the notebook records figures (its results file), every explore section
+renders its controls, and moving one control re-runs the experiment and replaces its plot.
+It also checks that no "news" notification greets the learner. Screenshots go to
 `build/browser/`.
 
 Skipped, with the reason, when Chromium (`apt-get install chromium`) or Playwright is missing.
@@ -12,6 +14,7 @@ Skipped, with the reason, when Chromium (`apt-get install chromium`) or Playwrig
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -20,18 +23,19 @@ from pathlib import Path
 
 import pytest
 
-from helpers import paths
+from helpers import paths, suite
 from tests.lab_server import LabServer
 
 ROOT = paths.ROOT
-NOTEBOOK = ROOT / "notebooks" / "01_data_loading.ipynb"
+NOTEBOOKS = suite.notebook_paths()
 CHROMIUM = Path(os.environ.get("FTG_CHROMIUM", "/usr/bin/chromium"))
 # Read at import, before conftest points FTG_BUILD_DIR at a per-test temporary folder:
 # the screenshots are for people, so they go to the real build folder.
 SHOTS = paths.build_dir() / "browser"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-RUN_TIMEOUT_MS = 240_000  # the whole notebook in the smoke profile (about 35 s on 2 idle cores)
+RUN_TIMEOUT_MS = 300_000  # one notebook in the smoke profile (the slowest takes about 40 s idle)
+REDRAW_TIMEOUT_MS = 120_000
 
 if not CHROMIUM.exists():
     pytest.skip(f"browser test skipped: Chromium not found at {CHROMIUM}. Install Debian's "
@@ -46,6 +50,12 @@ sync_api = pytest.importorskip(
 # --LabApp.expose_app_in_browser). The checks read the notebook *model*, not only the DOM.
 JS_PANEL = "(() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget; " \
            "return w && w.content && w.content.model ? w : null; })()"
+JS_OPENED = f"""(name) => {{
+  const w = {JS_PANEL};
+  const k = w && w.context.path.endsWith(name) && w.sessionContext.session
+            && w.sessionContext.session.kernel;
+  return !!k && k.status === 'idle' && w.node.querySelectorAll('.jp-Cell').length > 0;
+}}"""
 JS_KERNEL_IDLE = f"""() => {{
   const w = {JS_PANEL};
   const k = w && w.sessionContext.session && w.sessionContext.session.kernel;
@@ -72,65 +82,103 @@ JS_ERRORS = f"""() => {{
   return out;
 }}"""
 JS_CODE_CELLS = f"() => Array.from({JS_PANEL}.content.model.cells).filter(c => c.type === 'code').length"
-# A plot that really rendered: an <img> in an output area, loaded, with a size.
-JS_RENDERED_IMAGES = """(sel) => Array.from(document.querySelectorAll(sel))
+# A plot that really rendered: an <img> in an output area of the open notebook, loaded, with a size.
+JS_RENDERED_IMAGES = f"""(sel) => Array.from({JS_PANEL}.node.querySelectorAll(sel))
   .filter(img => img.complete && img.naturalWidth > 50).map(img => img.src)"""
+# Close the notebook without a save prompt and shut its kernel down (its workers go with it).
+JS_CLOSE = f"""async () => {{
+  const w = {JS_PANEL};
+  if (!w) return;
+  await w.sessionContext.shutdown();
+  w.dispose();
+}}"""
 
 
-@pytest.fixture
-def lab(tmp_path):
-    """JupyterLab on a copy of notebook 01 (the source is never written); stopped whatever happens."""
-    work = tmp_path / "lab"
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """JupyterLab on copies of the notebooks (the sources are never written); stopped whatever happens."""
+    tmp = tmp_path_factory.mktemp("browser")
+    work = tmp / "lab"
     work.mkdir()
-    shutil.copy(NOTEBOOK, work / NOTEBOOK.name)
+    for nb in NOTEBOOKS:
+        shutil.copy(nb, work / nb.name)
     SHOTS.mkdir(parents=True, exist_ok=True)
+    # What a learner would type: `FTG_PROFILE=smoke make lab`. The environment is this process's
+    # own (under `make test`, what the Makefile exports), plus the smoke profile, offline data and
+    # a throw-away build folder; no matplotlib backend is set or removed.
     env = {
-        "FTG_PROFILE": "smoke",  # the kernel inherits the server's environment
+        "FTG_PROFILE": "smoke",
         "FTG_OFFLINE": "1",
-        "FTG_BUILD_DIR": str(tmp_path / "build"),
+        "FTG_BUILD_DIR": str(tmp / "build"),
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-        "MPLBACKEND": "module://matplotlib_inline.backend_inline",  # make test exports Agg
     }
-    server = LabServer(work, env=env, log_path=tmp_path / "jupyterlab.log")
+    server = LabServer(work, env=env, log_path=tmp / "jupyterlab.log")
+    server.results = tmp / "build" / "results"
     try:
         server.start()
         yield server
     finally:
-        log = server.log_tail(60)
+        log = server.log_tail(80)
         server.stop()
         (SHOTS / "jupyterlab.log").write_text(log)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def page(lab):
-    """A headless Chromium page; the browser is closed whatever happens."""
+    """One headless Chromium page for all notebooks; the browser is closed whatever happens."""
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS,
                                      headless=True)
         try:
             pg = browser.new_page(viewport={"width": 1280, "height": 900})
             pg.set_default_timeout(60_000)
+            pg.goto(lab.url("lab"))
+            pg.wait_for_function("() => !!(window.jupyterapp && window.jupyterapp.shell)")
+            pg.wait_for_selector(".jp-LabShell")
+            # More room for the notebook in the screenshots: fold the file browser away.
+            pg.evaluate("() => window.jupyterapp.restored.then(() => { "
+                        "window.jupyterapp.commands.execute('application:toggle-left-area'); })")
             yield pg
         finally:
             browser.close()
 
 
-def _shot(pg, name: str) -> Path:
-    path = SHOTS / f"{NOTEBOOK.stem}_{name}.png"
+def _shot(pg, stem: str, name: str) -> Path:
+    path = SHOTS / f"{stem}_{name}.png"
     pg.screenshot(path=str(path))
     return path
 
 
-@pytest.mark.timeout(420)
-def test_notebook_01_runs_and_its_widgets_work_in_chromium(lab, page):
+def _explore_sections(nb: Path) -> int:
+    """How many interact() controls the notebook's code makes (explore sections, calculators)."""
+    cells = json.loads(nb.read_text())["cells"]
+    return sum("interact(" in "".join(c["source"]) for c in cells if c["cell_type"] == "code")
+
+
+def _move_a_control(interact) -> str:
+    """Change the first dropdown (else nudge the first slider); return what was changed."""
+    dropdowns = interact.locator(".widget-dropdown select")
+    if dropdowns.count():
+        dropdown = dropdowns.first
+        options = dropdown.locator("option").all_inner_texts()
+        current = dropdown.evaluate("s => s.options[s.selectedIndex].text")
+        new = next(o for o in options if o.strip() != current.strip())
+        dropdown.select_option(label=new)
+        return f"dropdown {current!r} -> {new!r}"
+    handle = interact.locator(".widget-slider .noUi-handle").first
+    handle.focus()
+    handle.press("ArrowRight")
+    return "slider one step right"
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=[p.stem[:2] for p in NOTEBOOKS])
+def test_notebook_runs_shows_its_plots_and_widgets_in_chromium(nb, lab, page):
     t0 = time.perf_counter()
-    page.goto(lab.url(f"lab/tree/{NOTEBOOK.name}"))
-    page.wait_for_selector(".jp-NotebookPanel .jp-Cell")
-    page.wait_for_function(JS_KERNEL_IDLE)
-    # More room for the notebook in the screenshots: fold the file browser away.
-    page.evaluate("window.jupyterapp.commands.execute('application:toggle-left-area')")
+    page.evaluate("(path) => { window.jupyterapp.commands.execute('docmanager:open', {path}); }", nb.name)
+    page.wait_for_function(JS_OPENED, arg=nb.name)
     n_code = page.evaluate(JS_CODE_CELLS)
-    assert n_code > 5, f"the notebook opened with only {n_code} code cells"
+    assert n_code > 3, f"{nb.name} opened with only {n_code} code cells"
 
     # Run it the way a learner does: Run menu -> Run All Cells.
     page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
@@ -138,49 +186,68 @@ def test_notebook_01_runs_and_its_widgets_work_in_chromium(lab, page):
     try:
         page.wait_for_function(JS_ALL_RAN, timeout=RUN_TIMEOUT_MS, polling=500)
     except sync_api.TimeoutError:
-        _shot(page, "timeout")
-        pytest.fail(f"the notebook did not finish within {RUN_TIMEOUT_MS / 1000:.0f} s; "
+        _shot(page, nb.stem, "timeout")
+        pytest.fail(f"{nb.name} did not finish within {RUN_TIMEOUT_MS / 1000:.0f} s; "
                     f"errors so far: {page.evaluate(JS_ERRORS)}\nserver log:\n{lab.log_tail()}")
     ran_s = time.perf_counter() - t0
+    try:
+        errors = page.evaluate(JS_ERRORS)
+        shown = page.locator(".jp-NotebookPanel:visible .jp-OutputArea-output",
+                             has_text="Traceback (most recent call last)")
+        if errors or shown.count():
+            _shot(page, nb.stem, "error")
+        assert not errors, f"{nb.name}: cells ended in an error: {errors}"
+        assert shown.count() == 0, f"{nb.name}: a traceback is shown in an output"
+        assert "official Jupyter news" not in page.inner_text("body"), \
+            "JupyterLab greets the learner with the news notification"
 
-    errors = page.evaluate(JS_ERRORS)
-    shown = page.locator(".jp-OutputArea-output", has_text="Traceback (most recent call last)")
-    if errors or shown.count():
-        _shot(page, "error")
-    assert not errors, f"cells ended in an error: {errors}"
-    assert shown.count() == 0, "a traceback is shown in an output"
+        # Every figure the notebook recorded is on screen.
+        recorded = json.loads((lab.results / f"{nb.stem}.json").read_text())["figures"]
+        images = page.evaluate(JS_RENDERED_IMAGES, ".jp-OutputArea-output img")
+        first = page.locator(".jp-NotebookPanel:visible .jp-OutputArea-output img").first
+        if images:
+            first.scroll_into_view_if_needed()
+        _shot(page, nb.stem, "figure")
+        assert len(images) >= len(recorded), \
+            f"{nb.name}: {len(images)} images on screen, but the notebook records {len(recorded)} figures"
 
-    images = page.evaluate(JS_RENDERED_IMAGES, ".jp-OutputArea-output img")
-    assert images, "no plot image rendered in any output"
-
-    # The explore section: interact() renders a slider, a dropdown and an output with the plot.
-    interact = page.locator(".widget-interact").last
-    interact.scroll_into_view_if_needed()
-    slider = interact.locator(".widget-slider").first
-    dropdown = interact.locator(".widget-dropdown select").first
-    sync_api.expect(slider, "the explore slider did not render").to_be_visible()
-    sync_api.expect(dropdown, "the explore dropdown did not render").to_be_visible()
-    plot_sel = ".widget-interact .widget-output img"
-    page.wait_for_function(f"() => ({JS_RENDERED_IMAGES})('{plot_sel}').length > 0")
-    before = page.evaluate(JS_RENDERED_IMAGES, plot_sel)
-    _shot(page, "explore_before")
-
-    # Move a control: a new resize target re-runs the experiment; its plot must replace the old.
-    options = dropdown.locator("option").all_inner_texts()
-    current = dropdown.input_value()
-    new_value = next(o for o in options if o.strip() != current.strip())
-    dropdown.select_option(label=new_value)
-    page.wait_for_function(
-        """([sel, old]) => { const now = Array.from(document.querySelectorAll(sel))
-             .filter(i => i.complete && i.naturalWidth > 50).map(i => i.src);
-           return now.length > 0 && now.some(s => !old.includes(s)); }""",
-        arg=[plot_sel, before], timeout=120_000, polling=500)
-    page.wait_for_function(JS_KERNEL_IDLE)
-    after = page.evaluate(JS_RENDERED_IMAGES, plot_sel)
-    assert after and after != before, "changing the dropdown did not update the plot"
-    assert not page.evaluate(JS_ERRORS), "changing a control produced an error"
-    assert interact.locator(".jp-OutputArea-output", has_text="Traceback").count() == 0
-    shot = _shot(page, "explore_after")
-    total_s = time.perf_counter() - t0
-    print(f"\nbrowser test: notebook ran in {ran_s:.0f} s, whole check {total_s:.0f} s; "
-          f"screenshot {shot}")
+        # Every explore section (interact) renders its controls and a plot; moving one redraws it.
+        interacts = page.locator(".jp-NotebookPanel:visible .widget-interact")
+        n_interact = interacts.count()
+        assert n_interact == _explore_sections(nb), \
+            f"{nb.name}: {n_interact} explore sections rendered controls, of {_explore_sections(nb)}"
+        redrawn = []
+        for i in range(n_interact):
+            interact = interacts.nth(i)
+            interact.scroll_into_view_if_needed()
+            controls = interact.locator(".widget-dropdown select, .widget-slider, .widget-checkbox input")
+            assert controls.count() >= 1, f"{nb.name}: explore section {i} shows no controls"
+            out = interact.locator(".widget-output img")
+            if out.count() == 0:
+                continue  # a calculator without a plot (e.g. the cost table): controls are enough
+            before = out.evaluate_all("imgs => imgs.filter(i => i.complete && i.naturalWidth > 50)"
+                                      ".map(i => i.src)")
+            assert before, f"{nb.name}: explore section {i} has no rendered plot"
+            moved = _move_a_control(interact)
+            handle = interact.element_handle()
+            try:
+                page.wait_for_function(
+                    """([el, old]) => { const now = Array.from(el.querySelectorAll('.widget-output img'))
+                         .filter(i => i.complete && i.naturalWidth > 50).map(i => i.src);
+                       return now.length > 0 && now.some(s => !old.includes(s)); }""",
+                    arg=[handle, before], timeout=REDRAW_TIMEOUT_MS, polling=500)
+            except sync_api.TimeoutError:
+                _shot(page, nb.stem, f"explore{i}_timeout")
+                pytest.fail(f"{nb.name}: explore section {i}: {moved} did not redraw the plot "
+                            f"within {REDRAW_TIMEOUT_MS / 1000:.0f} s")
+            page.wait_for_function(JS_KERNEL_IDLE, timeout=REDRAW_TIMEOUT_MS)
+            assert interact.locator(".jp-OutputArea-output", has_text="Traceback").count() == 0, \
+                f"{nb.name}: explore section {i}: {moved} ended in a traceback"
+            redrawn.append(moved)
+        assert redrawn or not n_interact, f"{nb.name}: no explore section has a plot to redraw"
+        assert not page.evaluate(JS_ERRORS), f"{nb.name}: moving a control produced an error"
+        _shot(page, nb.stem, "explore")
+        print(f"\n{nb.stem}: ran in {ran_s:.0f} s, whole check {time.perf_counter() - t0:.0f} s; "
+              f"{len(images)} images for {len(recorded)} recorded figures; redrawn: {redrawn}")
+    finally:
+        page.evaluate(JS_CLOSE)

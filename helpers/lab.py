@@ -1,0 +1,51 @@
+"""Start JupyterLab on the notebooks the way `make lab` does; the browser test starts it the same way.
+
+    python -m helpers.lab notebooks          # what `make lab` runs
+
+Loopback only, token auth (JupyterLab's own, printed in the URL), no "news" or update pop-up
+(the settings in `helpers/jupyter_config/`, added to the Jupyter config path), and `--allow-root`
+only when running as root, as learners in containers often do. The environment is passed on
+as it is: nothing here sets a matplotlib backend, so kernels draw inline.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+CONFIG_DIR = Path(__file__).resolve().parent / "jupyter_config"
+
+
+def command(root: str | Path, extra: Sequence[str] = ()) -> list[str]:
+    """The JupyterLab command line for `root` (a folder); `extra` flags go last and win."""
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"lab.command: root {root} is not a folder")
+    cmd = [sys.executable, "-m", "jupyterlab", str(root),
+           "--ServerApp.ip=127.0.0.1",
+           "--LabApp.news_url=None",  # announcements off at the server too, not only in the UI
+           "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        cmd.append("--allow-root")
+    return [*cmd, *extra]
+
+
+def environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`base` (default: this process's environment) with the suite's Jupyter settings on the config path."""
+    env = dict(os.environ if base is None else base)
+    path = [str(CONFIG_DIR), *filter(None, env.get("JUPYTER_CONFIG_PATH", "").split(os.pathsep))]
+    env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(dict.fromkeys(path))
+    return env
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    root, extra = (args[0], args[1:]) if args and not args[0].startswith("-") else (".", args)
+    cmd = command(root, extra)
+    os.execve(cmd[0], cmd, environment())  # JupyterLab replaces this process: Ctrl-C goes to it
+
+
+if __name__ == "__main__":
+    main()

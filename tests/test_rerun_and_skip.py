@@ -1,0 +1,165 @@
+"""Learners re-run cells, skip sections and jump to Explore: every notebook must survive all three.
+
+For every notebook, with nbclient (smoke profile):
+- skip, then re-run, in one kernel: run every code cell except the Explore sections (skipping an
+  optional section breaks nothing), then every code cell a second time, Explore included; no
+  cell may fail, the thread count after each cell must be what it was the first time, and the
+  setup's settings (its UPPERCASE values) must come out the same;
+- explore first, in a fresh kernel: the setup cells, then each Explore section, twice. An Explore
+  section that needs more says so in one line of its markdown (`**Run first:** ...`), and the
+  sections it names run before it.
+A static check reads each section's code: a section imports every module it uses that the
+setup does not (a name imported only in another section is a NameError once that one is skipped).
+Interrupting the kernel in a training cell and running the cell again works, and gives the
+thread count back (`helpers.threads.cpu_threads` restores it).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+from helpers import suite
+from tests import notebook_sections as ns
+
+NOTEBOOKS = suite.notebook_paths()
+IDS = [p.stem[:2] for p in NOTEBOOKS]
+PROBE = ("print(__import__('json').dumps({'threads': __import__('torch').get_num_threads(), "
+         "'settings': {k: v for k, v in globals().items() if k.isupper() and not k.startswith('_') "
+         "and isinstance(v, (bool, int, float, str))}}))")
+
+
+@pytest.fixture(autouse=True)
+def _smoke(monkeypatch):
+    monkeypatch.setenv("FTG_PROFILE", "smoke")  # the kernels inherit it
+    monkeypatch.setenv("PYTHONPATH", str(suite.NOTEBOOKS.parent))
+
+
+def _client(nb: nbformat.NotebookNode) -> NotebookClient:
+    return NotebookClient(nb, timeout=300, kernel_name="python3",
+                          resources={"metadata": {"path": str(suite.NOTEBOOKS)}})
+
+
+def _run(client: NotebookClient, nb, i: int, what: str) -> None:
+    try:
+        client.execute_cell(nb.cells[i], i)
+    except CellExecutionError as e:
+        pytest.fail(f"{what}: cell {i} failed: {e.ename}: {e.evalue}\n{nb.cells[i].source[:400]}")
+
+
+def _probe(client: NotebookClient) -> dict:
+    cell = nbformat.v4.new_code_cell(PROBE)
+    client.execute_cell(cell, 0, store_history=False)
+    text = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+    return json.loads(text.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_each_section_imports_what_it_uses(path):
+    nb = ns.read(path)
+    setup, secs = ns.sections(nb)
+    assert secs, f"{path.name}: no sections found"
+    from_setup = set().union(*(ns.imported_names(nb.cells[i].source) for i in setup))
+    imports = {s.title: set().union(*(ns.imported_names(nb.cells[i].source) for i in s.code))
+               for s in secs}
+    problems = []
+    for s in secs:
+        used = set().union(*(ns.used_names(nb.cells[i].source) for i in s.code))
+        for name in sorted(used - imports[s.title] - from_setup):
+            elsewhere = [t for t, names in imports.items() if name in names and t != s.title]
+            if elsewhere:
+                problems.append(f"'{s.title}' uses {name} but only '{elsewhere[0]}' imports it")
+    assert not problems, f"{path.name}: " + "; ".join(problems)
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_skip_explore_rerun_everything_and_explore_first(path):
+    t0 = time.perf_counter()
+    nb = ns.read(path)
+    setup, secs = ns.sections(nb)
+    explore = [s for s in secs if s.explore]
+    skipped = {i for s in explore for i in s.code}
+    code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+
+    client = _client(nb)
+    with client.setup_kernel():
+        first, second = {}, {}
+        for i in code:
+            if i in skipped:
+                continue
+            _run(client, nb, i, f"{path.name}, first pass (Explore skipped)")
+            first[i] = _probe(client)
+        for i in code:
+            _run(client, nb, i, f"{path.name}, second pass")
+            second[i] = _probe(client)
+    for i in first:
+        assert second[i]["threads"] == first[i]["threads"], \
+            (f"{path.name}: after cell {i} the second time, torch uses {second[i]['threads']} threads, "
+             f"the first time {first[i]['threads']}: a section changed the thread count and kept it")
+    after_setup = setup[-1] if setup else code[0]
+    changed = {k: (v, second[after_setup]["settings"].get(k))
+               for k, v in first[after_setup]["settings"].items()
+               if second[after_setup]["settings"].get(k) != v}
+    assert not changed, f"{path.name}: the setup gives other settings when run again: {changed}"
+
+    for s in explore:
+        nb = ns.read(path)
+        client = _client(nb)
+        order = [*setup, *ns.prerequisites(secs, s)]
+        with client.setup_kernel():
+            for i in order:
+                _run(client, nb, i, f"{path.name}, before '{s.title}'")
+            for attempt in ("first", "second"):
+                for i in s.code:
+                    _run(client, nb, i, f"{path.name}, '{s.title}' right after "
+                         f"{'the setup' if not s.run_first else 'what it says to run first'} "
+                         f"({attempt} run)")
+    print(f"\n{path.stem}: skip + re-run + explore-first in {time.perf_counter() - t0:.0f} s")
+
+
+@pytest.mark.timeout(600)
+def test_interrupted_training_cell_runs_again():
+    """Stop notebook 04's learning-rate training mid-run (the kernel's interrupt, as the
+    toolbar's stop button does), then run the same cell again: it completes, threads restored."""
+    path = next(p for p in NOTEBOOKS if p.name.startswith("04_"))
+    nb = ns.read(path)
+    setup, secs = ns.sections(nb)
+    train = next(i for s in secs for i in s.code if "training.train(" in nb.cells[i].source
+                 and "learning-rate runs" in nb.cells[i].source)
+    client = _client(nb)
+    with client.setup_kernel():
+        for i in setup:
+            _run(client, nb, i, "setup")
+        threads_before = _probe(client)["threads"]
+        # Long enough on any machine that the interrupt lands inside the training loop.
+        client.execute_cell(nbformat.v4.new_code_cell("LR_EPOCHS_SET, LR_EPOCHS = LR_EPOCHS, 500"), 0)
+
+        def interrupt_once_training() -> None:
+            deadline = time.monotonic() + 240
+            while time.monotonic() < deadline:
+                if nb.cells[train].outputs:  # the progress bar is up: the loop has begun
+                    time.sleep(1.0)  # inside the loop now
+                    client.km.interrupt_kernel()
+                    return
+                time.sleep(0.2)
+
+        watcher = threading.Thread(target=interrupt_once_training, daemon=True)
+        watcher.start()
+        t0 = time.perf_counter()
+        with pytest.raises(CellExecutionError) as err:
+            client.execute_cell(nb.cells[train], train)
+        watcher.join(timeout=5)
+        assert err.value.ename == "KeyboardInterrupt", f"expected an interrupt, got {err.value.ename}"
+        print(f"\ninterrupted after {time.perf_counter() - t0:.1f} s")
+        assert _probe(client)["threads"] == threads_before, "the interrupted cell kept its thread count"
+        client.execute_cell(nbformat.v4.new_code_cell("LR_EPOCHS = LR_EPOCHS_SET"), 0)
+        nb.cells[train].outputs = []
+        _run(client, nb, train, "the training cell run again after the interrupt")
+        assert _probe(client)["threads"] == threads_before
