@@ -60,3 +60,19 @@ def test_reference_run_dir_rejects_a_blank_device_name():
     with pytest.raises(ValueError, match="device_name"):
         paths.reference_run_dir("  ")
     assert paths.reference_run_dir("AMD EPYC", date="2026-01-02").name == "2026-01-02_AMD-EPYC"
+
+
+def test_executed_copies_carry_the_plots_even_from_a_shell_with_agg(tmp_path, monkeypatch):
+    """`make run` draws inline whatever the caller's MPLBACKEND: the copies and the report show plots."""
+    nbs = tmp_path / "notebooks"
+    nbs.mkdir()
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()")]
+    nbformat.write(nb, nbs / "99_plot.ipynb")
+    monkeypatch.setattr(suite, "NOTEBOOKS", nbs)
+    monkeypatch.setenv("MPLBACKEND", "Agg")  # restored after the test, whatever main() sets
+    monkeypatch.setenv("FTG_PROFILE", "smoke")
+    assert suite.main(["--profile", "smoke", "--notebooks", "99_*"]) == 0
+    (copy,) = (tmp_path / "build").rglob("99_plot.ipynb")
+    outputs = nbformat.read(copy, as_version=4).cells[0].outputs
+    assert any("image/png" in o.get("data", {}) for o in outputs), [o.output_type for o in outputs]
