@@ -34,7 +34,7 @@ CHROMIUM = Path(os.environ.get("FTG_CHROMIUM", "/usr/bin/chromium"))
 SHOTS = paths.build_dir() / "browser"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-RUN_TIMEOUT_MS = 300_000  # one notebook in the smoke profile (the slowest takes about 40 s idle)
+RUN_TIMEOUT_MS = 540_000  # one notebook, smoke profile: the slowest takes about 40 s on 2 idle cores
 REDRAW_TIMEOUT_MS = 120_000
 
 if not CHROMIUM.exists():
@@ -49,10 +49,11 @@ sync_api = pytest.importorskip(
 # JavaScript run in the page (JupyterLab exposes its app object as `window.jupyterapp` with
 # --LabApp.expose_app_in_browser). The checks read the notebook *model*, not only the DOM.
 JS_PANEL = "(() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget; " \
-           "return w && w.content && w.content.model ? w : null; })()"
+           "return w && w.sessionContext && w.content && w.content.model && w.content.model.cells " \
+           "? w : null; })()"
 JS_OPENED = f"""(name) => {{
   const w = {JS_PANEL};
-  const k = w && w.context.path.endsWith(name) && w.sessionContext.session
+  const k = w && w.context && w.context.path.endsWith(name) && w.sessionContext.session
             && w.sessionContext.session.kernel;
   return !!k && k.status === 'idle' && w.node.querySelectorAll('.jp-Cell').length > 0;
 }}"""
@@ -171,33 +172,31 @@ def _move_a_control(interact) -> str:
     return "slider one step right"
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=[p.stem[:2] for p in NOTEBOOKS])
 def test_notebook_runs_shows_its_plots_and_widgets_in_chromium(nb, lab, page):
     t0 = time.perf_counter()
     page.evaluate("(path) => { window.jupyterapp.commands.execute('docmanager:open', {path}); }", nb.name)
-    page.wait_for_function(JS_OPENED, arg=nb.name)
-    n_code = page.evaluate(JS_CODE_CELLS)
-    assert n_code > 3, f"{nb.name} opened with only {n_code} code cells"
+    try:
+        page.wait_for_function(JS_OPENED, arg=nb.name)
+        n_code = page.evaluate(JS_CODE_CELLS)
+        assert n_code > 3, f"{nb.name} opened with only {n_code} code cells"
 
-    # Run it the way a learner does: Run menu -> Run All Cells.
-    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
-    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
-    try:
-        page.wait_for_function(JS_ALL_RAN, timeout=RUN_TIMEOUT_MS, polling=500)
-    except sync_api.TimeoutError:
-        _shot(page, nb.stem, "timeout")
-        pytest.fail(f"{nb.name} did not finish within {RUN_TIMEOUT_MS / 1000:.0f} s; "
-                    f"errors so far: {page.evaluate(JS_ERRORS)}\nserver log:\n{lab.log_tail()}")
-    ran_s = time.perf_counter() - t0
-    try:
+        # Run it the way a learner does: Run menu -> Run All Cells.
+        page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+        page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
+        try:
+            page.wait_for_function(JS_ALL_RAN, timeout=RUN_TIMEOUT_MS, polling=500)
+        except sync_api.TimeoutError:
+            _shot(page, nb.stem, "timeout")
+            pytest.fail(f"{nb.name} did not finish within {RUN_TIMEOUT_MS / 1000:.0f} s; "
+                        f"errors so far: {page.evaluate(JS_ERRORS)}\nserver log:\n{lab.log_tail()}")
+        ran_s = time.perf_counter() - t0
+        # Error outputs in the notebook model (not text: notebook 10 prints a rank's traceback on purpose).
         errors = page.evaluate(JS_ERRORS)
-        shown = page.locator(".jp-NotebookPanel:visible .jp-OutputArea-output",
-                             has_text="Traceback (most recent call last)")
-        if errors or shown.count():
+        if errors:
             _shot(page, nb.stem, "error")
         assert not errors, f"{nb.name}: cells ended in an error: {errors}"
-        assert shown.count() == 0, f"{nb.name}: a traceback is shown in an output"
         assert "official Jupyter news" not in page.inner_text("body"), \
             "JupyterLab greets the learner with the news notification"
 
@@ -241,8 +240,10 @@ def test_notebook_runs_shows_its_plots_and_widgets_in_chromium(nb, lab, page):
                 pytest.fail(f"{nb.name}: explore section {i}: {moved} did not redraw the plot "
                             f"within {REDRAW_TIMEOUT_MS / 1000:.0f} s")
             page.wait_for_function(JS_KERNEL_IDLE, timeout=REDRAW_TIMEOUT_MS)
-            assert interact.locator(".jp-OutputArea-output", has_text="Traceback").count() == 0, \
-                f"{nb.name}: explore section {i}: {moved} ended in a traceback"
+            # an error inside the widget's output shows IPython's traceback (not in the cell's model)
+            assert not interact.locator(".jp-OutputArea-output",
+                                        has_text="Traceback (most recent call last)").count(), \
+                f"{nb.name}: explore section {i}: {moved} ended in an error"
             redrawn.append(moved)
         assert redrawn or not n_interact, f"{nb.name}: no explore section has a plot to redraw"
         assert not page.evaluate(JS_ERRORS), f"{nb.name}: moving a control produced an error"
