@@ -108,7 +108,7 @@ def test_every_kind_of_failure_is_recorded_and_the_others_still_run(tmp_path):
     """A cell error, a kernel that exits (os._exit), one killed like the OOM killer does: each
     is failed with its reason and its partly executed copy; the rest run. (Cell timeouts: below.)"""
     src = _notebooks(tmp_path / "nbs",
-                     **{"01_ok": [RECORD],
+                     **{"01_ok": [RECORD, "import torch\nwith torch.profiler.profile():\n    torch.ones(2) + 1"],
                         "02_dies": [RECORD, "import os; os._exit(1)", "print('never')"],
                         "03_oom": ["import os, signal; os.kill(os.getpid(), signal.SIGKILL)"],
                         "04_error": ["raise ValueError('boom')"],
@@ -130,6 +130,10 @@ def test_every_kind_of_failure_is_recorded_and_the_others_still_run(tmp_path):
     assert md == (build / "latest" / "report.md").read_text()
     assert "finished, 5 notebook(s)" in md and "## 02_dies" in md and "## 06_ok" in md
     assert "- 03_oom: the kernel died: killed by SIGKILL" in md
+    # the kernels' own stderr (the profiler's USDT lines, ipykernel's TCP warning) goes to a
+    # log per notebook, not into the run's output
+    assert "USDT" not in out and "without encryption" not in out, out
+    assert "without encryption" in (build / "latest" / "notebooks" / "01_ok.kernel.log").read_text()
 
 
 def test_a_cell_timeout_is_recorded_with_the_partly_executed_copy(tmp_path):
