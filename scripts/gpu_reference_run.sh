@@ -31,7 +31,7 @@ usage: bash scripts/gpu_reference_run.sh check | bench | notebooks GLOB
   check            install the carried wheels, start a kernel, show the GPU; nothing else
   bench [ARGS]     the capstone benchmark (python3 -m benchmarks.capstone ARGS), e.g.
                    bench --epochs 1 --accuracy-epochs 3 if the defaults overrun the limit
-  notebooks GLOB   python3 -m helpers.suite --profile full --notebooks GLOB --save-reference
+  notebooks GLOB   python3 -m helpers.suite --profile full --yes --notebooks GLOB --save-reference
                    the 13 notebooks (00-12) in three calls: '0[0-4]_*', '0[5-9]_*', '1[0-2]_*'
 Runs on the lent GPU machine (the device tool sets $OUT); needs .whl/ carried
 (bash scripts/gpu_wheels.sh here first).

@@ -694,7 +694,10 @@ def test_the_run_honours_ftg_profile_and_says_why(monkeypatch):
 
 @pytest.mark.timeout(60)
 @pytest.mark.skipif(not NO_GPU, reason="this machine has a GPU: a full run needs no confirmation")
-def test_a_full_run_without_a_gpu_asks_first(capsys, tmp_path):
+def test_a_full_run_without_a_gpu_asks_first(capsys, monkeypatch):
+    import io
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))  # not a terminal: no one to ask
     assert suite.main(["--profile", "full", "--notebooks", "00_*"]) == 2
     err = capsys.readouterr()
     assert "Profile: full (asked for with --profile" in err.out
