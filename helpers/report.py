@@ -58,12 +58,12 @@ def _hardware_line(hw: dict[str, Any]) -> str:
             f"{gpus}; torch {hw.get('torch', '?')}")
 
 
-def _reference_sets() -> list[tuple[str, list[dict[str, Any]]]]:
+def _reference_sets(problems: list[str] | None = None) -> list[tuple[str, list[dict[str, Any]]]]:
     """Committed GPU results: one folder per run under results/reference/."""
     root = paths.reference_results_dir()
     if not root.exists():
         return []
-    return [(d.name, load_all(d)) for d in sorted(root.iterdir()) if d.is_dir()]
+    return [(d.name, load_all(d, problems=problems)) for d in sorted(root.iterdir()) if d.is_dir()]
 
 
 def build(results: list[dict[str, Any]], run_log: dict[str, Any] | None = None,
@@ -74,15 +74,16 @@ def build(results: list[dict[str, Any]], run_log: dict[str, Any] | None = None,
     notebooks' claims read 'results file unreadable', not 'not tested yet'."""
     if not isinstance(results, list) or not all(isinstance(r, dict) and "notebook" in r for r in results):
         raise TypeError("build: results must be a list of result dicts, as results.load_all() returns")
-    references = _reference_sets() if references is None else references
+    problems = list(problems or [])
+    own_problems = list(problems)  # this machine's files (reference files are added below)
+    references = _reference_sets(problems) if references is None else references
     verdicts = {v["claim"]: {**v, "notebook": r["notebook"]} for r in results for v in r.get("verdicts", [])}
     ref_verdicts: dict[str, dict[str, Any]] = {}
     for name, ref in references:
         for r in ref:
             for v in r.get("verdicts", []):
                 ref_verdicts.setdefault(v["claim"], {**v, "run": name})
-    problems = list(problems or [])
-    unreadable = {m.group(1) for m in (re.search(r"(\d\d)[^/]*\.json ", p) for p in problems) if m}
+    unreadable = {m.group(1) for m in (re.search(r"(\d\d)[^/]*\.json ", p) for p in own_problems) if m}
     ledger = []
     for cid, (text, where) in CLAIMS.items():
         v = verdicts.get(cid)
