@@ -5,7 +5,7 @@ SHELL   := /bin/bash
 PYTHON  ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
-PROFILE ?= auto
+PROFILE ?=
 STAMP   := $(VENV)/.installed
 export PYTHONUNBUFFERED := 1
 # No MPLBACKEND here: a Jupyter server or kernel that inherits Agg shows no plots. Unit tests
@@ -14,7 +14,7 @@ export PYTHONUNBUFFERED := 1
 .PHONY: install run test test-twice lint unit notebooks benchmarks bench reference lab kernel clean help
 
 help:
-	@echo "make run [PROFILE=smoke|full]  execute the suite, write build/report.html"
+	@echo "make run [PROFILE=smoke|full]  execute the suite into build/runs/<time>/, write build/report.html"
 	@echo "make test                     lint + unit tests + notebooks (smoke profile)"
 	@echo "make bench                    the capstone benchmark (reference vs fast recipe)"
 	@echo "make reference                on a GPU: full profile + bench, saved to results/reference/"
@@ -33,8 +33,10 @@ $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 
 install: $(STAMP)
 
+# PROFILE=smoke|full|auto, else $$FTG_PROFILE, else auto (the run says which and why);
+# CONFIRM=1 starts a full run on a machine without a GPU without asking.
 run: install
-	$(BIN)/python -m helpers.suite --profile $(PROFILE)
+	$(BIN)/python -m helpers.suite $(if $(PROFILE),--profile $(PROFILE)) $(if $(CONFIRM),--yes)
 
 lint: install
 	$(BIN)/ruff check helpers tests notebooks benchmarks

@@ -183,7 +183,8 @@ class Recipe:
                              f"lr_schedule must be 'constant' there, got {self.lr_schedule!r}")
         if not isinstance(self.batch_size, int) or isinstance(self.batch_size, bool) or self.batch_size < 1:
             raise ValueError(f"Recipe: batch_size must be an int >= 1, got {self.batch_size!r}")
-        if not isinstance(self.lr, int | float) or isinstance(self.lr, bool) or self.lr <= 0:
+        if not isinstance(self.lr, int | float) or isinstance(self.lr, bool) or not self.lr > 0 \
+                or self.lr == float("inf"):
             raise ValueError(f"Recipe: lr must be a positive number, got {self.lr!r}")
 
     def but(self, name: str, **changes: Any) -> Recipe:

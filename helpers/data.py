@@ -87,7 +87,7 @@ def diagnose(name: str, root: str | Path, *, synthetic_copy: bool = False) -> st
         if synthetic_copy:
             manifest = folder / synthetic.MARKER
             try:
-                md5s = json.loads(manifest.read_text())["md5"]
+                md5s = _synthetic_cifar_md5(folder)
             except (OSError, ValueError, KeyError, TypeError):
                 return f"{manifest} is missing or not the manifest the synthetic writer leaves"
         else:
@@ -139,14 +139,23 @@ def online(url: str, timeout: float = 2.0) -> bool:
         return False
 
 
+def _synthetic_cifar_md5(folder: Path) -> dict[str, str]:
+    """The checksums the stand-in's files must have, from the code (`synthetic.cifar10_checksums`):
+    the folder's manifest only says which sizes it holds. A batch file is a pickle, so a file
+    that does not match is never unpickled."""
+    manifest = json.loads((folder / synthetic.MARKER).read_text())
+    return synthetic.cifar10_checksums(manifest["n_train"], manifest["n_test"])
+
+
 class _SyntheticCIFAR10(torchvision.datasets.CIFAR10):
-    """The real CIFAR10 reader; only the md5 checksums come from the synthetic files' manifest."""
+    """The real CIFAR10 reader (which checks every file's md5 before unpickling it), with the
+    checksums of the synthetic stand-in, which ship with this code."""
 
     def __init__(self, root: str, **kwargs: object) -> None:
-        manifest = json.loads((Path(root) / self.base_folder / synthetic.MARKER).read_text())
-        self.train_list = [[n, manifest["md5"][n]] for n, _ in type(self).train_list]
-        self.test_list = [[n, manifest["md5"][n]] for n, _ in type(self).test_list]
-        self.meta = {**type(self).meta, "md5": manifest["md5"]["batches.meta"]}
+        md5 = _synthetic_cifar_md5(Path(root) / self.base_folder)
+        self.train_list = [[n, md5[n]] for n, _ in type(self).train_list]
+        self.test_list = [[n, md5[n]] for n, _ in type(self).test_list]
+        self.meta = {**type(self).meta, "md5": md5["batches.meta"]}
         super().__init__(root, **kwargs)
 
 

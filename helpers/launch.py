@@ -35,7 +35,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from . import paths
+from . import paths, processes
 
 BACKENDS = ("auto", "gloo", "nccl")
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -90,6 +90,36 @@ def free_port(host: str = "127.0.0.1") -> int:
                 _issued_ports.add(port)
                 return port
     raise RuntimeError("free_port: could not find an unused port after 50 tries")
+
+
+def bound_store(host: str, world_size: int, timeout: float, *, port: int = 0,
+                multi_tenant: bool = False) -> dist.TCPStore:
+    """A `TCPStore` server that listens on `host` only (127.0.0.1: this machine only).
+
+    PyTorch's TCPStore server listens on every interface whatever host it is given (checked
+    with `ss -ltnp`: `*:port` for `TCPStore("127.0.0.1", ...)`), and anyone who can reach the
+    port can set keys. Given a socket already bound and listening (`master_listen_fd`), it
+    uses that one instead."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.bind((host, port))
+        sock.listen(1024)
+        bound_port = sock.getsockname()[1]
+        fd = sock.detach()  # the store owns the socket from here and closes it
+    except BaseException:
+        sock.close()
+        raise
+    return dist.TCPStore(host, bound_port, world_size, True, timedelta(seconds=timeout),
+                         wait_for_workers=False, multi_tenant=multi_tenant,
+                         master_listen_fd=fd, use_libuv=True)
+
+
+def _loopback_env(host: str) -> dict[str, str]:
+    """On loopback, the ranks' own sockets (gloo's and nccl's connections) use it too."""
+    if host in ("127.0.0.1", "localhost", "::1"):
+        return {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}
+    return {}
 
 
 def resolve_backend(backend: str, nprocs: int) -> str:
@@ -152,13 +182,14 @@ def launch(module: str = "helpers.ddp_train", args: list[str] | tuple[str, ...] 
     # so two launches never collide) and every rank is a client of it. Then the ranks may exit in
     # any order: with rank 0 hosting it, rank 0 leaving first could abort a rank still in its
     # teardown ("terminate called without an active exception").
-    store = dist.TCPStore(host, 0, nprocs, True, timedelta(seconds=timeout), wait_for_workers=False)
+    store = bound_store(host, nprocs, timeout)  # listens on `host` only
     port = store.port
     out = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="ddp_", dir=_runs_dir()))
     out.mkdir(parents=True, exist_ok=True)
     cmds, envs = [], []
     for rank in range(nprocs):
         env = _base_env(threads)
+        env.update(_loopback_env(host))
         env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nprocs),
                    LOCAL_WORLD_SIZE=str(nprocs), GROUP_RANK="0", MASTER_ADDR=host,
                    MASTER_PORT=str(port), TORCHELASTIC_USE_AGENT_STORE="True")
@@ -183,12 +214,29 @@ def launch(module: str = "helpers.ddp_train", args: list[str] | tuple[str, ...] 
 
 def torchrun_command(module: str, args: list[str] | tuple[str, ...], *, nnodes: int,
                      nproc_per_node: int, endpoint: str, rdzv_id: str,
-                     python: str = "python") -> list[str]:
+                     python: str = "python", runner: str = "torch.distributed.run",
+                     rdzv_conf: str = "", local_addr: str = "") -> list[str]:
     """The `torchrun` command one node runs to join a c10d rendezvous at `endpoint`."""
-    return [python, "-m", "torch.distributed.run", f"--nnodes={nnodes}",
+    return [python, "-m", runner, f"--nnodes={nnodes}",
             f"--nproc-per-node={nproc_per_node}", "--rdzv-backend=c10d",
             f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rdzv_id}", "--max-restarts=0",
+            *([f"--rdzv-conf={rdzv_conf}"] if rdzv_conf else []),
+            *([f"--local-addr={local_addr}"] if local_addr else []),
             "-m", module, *map(str, args)]
+
+
+def torchrun_bound(argv: list[str] | None = None) -> None:
+    """`torchrun`, with the store server its first node starts for the workers listening on
+    `--local-addr` only (stock torchrun's listens on every interface, as any TCPStore does).
+    Run as `python -m helpers.launch <torchrun arguments>`."""
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous
+    from torch.distributed.run import main
+
+    def create_server(self: Any, master_addr: str, master_port: int) -> dist.TCPStore:
+        return bound_store(master_addr, 1, 300, port=master_port, multi_tenant=True)
+
+    dynamic_rendezvous.DynamicRendezvousHandler._create_tcp_store_server = create_server
+    main(argv)
 
 
 def launch_torchrun_nodes(module: str = "helpers.ddp_train",
@@ -212,17 +260,22 @@ def launch_torchrun_nodes(module: str = "helpers.ddp_train",
     _check_seconds("timeout", timeout)
     _check_seconds("init_timeout", init_timeout)
     backend = resolve_backend("auto", sum(per_node))  # nccl: one GPU per worker, all nodes
-    port = free_port(host)
+    # This process hosts the c10d rendezvous store, listening on `host` only; the nodes join it
+    # as clients (is_host=0) and the first one's store for the workers is bound the same way.
+    store = bound_store(host, 1, timeout, multi_tenant=True)
+    port = store.port
     out = Path(tempfile.mkdtemp(prefix="torchrun_", dir=_runs_dir()))
     rdzv_id = f"ftg{port}"
     full_args = [*map(str, args), "--backend", backend, "--threads", str(threads),
                  "--out", str(out), "--init-timeout", str(init_timeout)]
     cmds = [torchrun_command(module, full_args, nnodes=nnodes, nproc_per_node=n,
-                             endpoint=f"{host}:{port}", rdzv_id=rdzv_id, python=sys.executable)
+                             endpoint=f"{host}:{port}", rdzv_id=rdzv_id, python=sys.executable,
+                             runner="helpers.launch", rdzv_conf="is_host=0", local_addr=host)
             for n in per_node]
     envs, first_gpu = [], 0
     for n in per_node:
         env = _base_env(threads)
+        env.update(_loopback_env(host))
         env.setdefault("LOGLEVEL", "WARNING")
         if backend == "nccl":  # "nodes" on one machine must not share GPUs: give each its own
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in range(first_gpu, first_gpu + n))
@@ -235,9 +288,12 @@ def launch_torchrun_nodes(module: str = "helpers.ddp_train",
             print(f"[launch] node {i} runs: " + " ".join(
                 ["torchrun", *cmd[3:]]).replace(str(out), "<out>"))
     t0 = time.perf_counter()
-    codes, outputs, pids = run_processes(cmds, envs, timeout=timeout, stream=stream,
-                                         labels=[f"node {n}" for n in range(nnodes)],
-                                         error_dir=out)
+    try:
+        codes, outputs, pids = run_processes(cmds, envs, timeout=timeout, stream=stream,
+                                             labels=[f"node {n}" for n in range(nnodes)],
+                                             error_dir=out)
+    finally:
+        del store
     return LaunchResult(nprocs=sum(per_node), backend=backend, port=port,
                         seconds=time.perf_counter() - t0, results=read_results(out),
                         outputs=outputs, returncodes=codes, pids=pids, out_dir=str(out))
@@ -348,9 +404,12 @@ def run_processes(cmds: list[list[str]], envs: list[dict[str, str]], *, timeout:
     t_noticed = float("nan")
     try:
         for i, (cmd, env) in enumerate(zip(cmds, envs, strict=True)):
+            # its own session (so a stop reaches its children too), and a SIGTERM when this
+            # process dies: a rank never outlives the kernel that launched it
             p = subprocess.Popen(cmd, env=env, cwd=str(REPO_ROOT), stdout=subprocess.PIPE,
                                  stderr=subprocess.STDOUT, text=True, bufsize=1,
-                                 start_new_session=True)
+                                 start_new_session=True,
+                                 preexec_fn=processes.parent_death_hook(signal.SIGTERM))
             procs.append(p)
             threading.Thread(target=_reader, args=(i, p.stdout, q), daemon=True).start()
         deadline = time.monotonic() + timeout
@@ -429,6 +488,7 @@ def run_rank(body: Callable[[], int], rank: int, out: Path | None) -> int:
     """The worker side of the launcher's contract: run `body()`; if it raises, write the
     traceback to `<out>/rank<N>.error.json` (which `launch` reads to show the failing rank)
     and print it; always leave the process group. Returns the process's exit code."""
+    processes.die_with_parent(signal.SIGTERM)  # also under torchrun, whose agent is the parent
     try:
         return body()
     except BaseException:
@@ -442,3 +502,7 @@ def run_rank(body: Callable[[], int], rank: int, out: Path | None) -> int:
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+if __name__ == "__main__":  # python -m helpers.launch <torchrun arguments>: see torchrun_bound
+    torchrun_bound()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import time
 from pathlib import Path
 
@@ -25,8 +26,61 @@ def build_dir() -> Path:
 
 
 def results_dir() -> Path:
-    """This machine's recorded measurements (one JSON file per notebook)."""
-    return build_dir() / "results"
+    """This machine's recorded measurements (one JSON file per notebook): `FTG_RESULTS_DIR`,
+    which `make run` points at its own run folder, else `<build>/results` (notebooks run alone,
+    `make test`)."""
+    return _dir("FTG_RESULTS_DIR", build_dir() / "results")
+
+
+def runs_dir() -> Path:
+    """`<build>/runs/`: one folder per `make run`, so runs never overwrite each other."""
+    return build_dir() / "runs"
+
+
+def new_run_dir() -> Path:
+    """A fresh `<build>/runs/<date>_<time>[_N]/` (created here: two runs started in the same
+    second get different folders)."""
+    root = runs_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y-%m-%d_%H%M%S")
+    for n in range(1000):
+        d = root / (stamp if n == 0 else f"{stamp}_{n}")
+        try:
+            d.mkdir()
+            return d
+        except FileExistsError:
+            continue
+    raise RuntimeError(f"new_run_dir: could not create a run folder under {root}")
+
+
+def latest_run() -> Path | None:
+    """The run folder `<build>/latest` points to (the last `make run` started), or None."""
+    link = build_dir() / "latest"
+    return link.resolve() if link.is_symlink() and link.resolve().is_dir() else None
+
+
+def point_latest(run: Path) -> None:
+    """Point `<build>/latest` at `run`, atomically (a new link renamed over the old one)."""
+    link = build_dir() / "latest"
+    tmp = link.with_name(f".latest.{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(os.path.relpath(run, link.parent))
+    tmp.replace(link)
+
+
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Write a file under a temporary name in the same folder, then rename it into place: a
+    reader (or a second writer) never sees half a file."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        if isinstance(data, bytes):
+            tmp.write_bytes(data)
+        else:
+            tmp.write_text(data)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def reference_results_dir() -> Path:

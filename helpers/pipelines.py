@@ -80,8 +80,8 @@ def prepare_image_folder(n: int = 2048, *, fmt: str = "png", source: str = "auto
     classes = getattr(ds, "classes", None) or synthetic.CIFAR_CLASSES
     synthetic.write_image_folder(folder, x.permute(0, 2, 3, 1).numpy(), y.numpy(), list(classes),
                                  fmt=fmt, quality=quality)
-    done.write_text(json.dumps({"n": n, "fmt": fmt, "synthetic": ds.synthetic,
-                                "written": time.strftime("%Y-%m-%dT%H:%M:%S")}))
+    paths.write_atomic(done, json.dumps({"n": n, "fmt": fmt, "synthetic": ds.synthetic,
+                                         "written": time.strftime("%Y-%m-%dT%H:%M:%S")}))
     return folder, ds.synthetic
 
 

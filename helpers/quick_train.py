@@ -8,6 +8,7 @@ way twice (claims L6 and L7), not the suite's full training loop.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import torch
@@ -15,6 +16,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .device_augment import DeviceAugment
+from .devices import as_device
 
 
 def small_cnn(in_channels: int = 3, num_classes: int = 10, width: int = 16) -> nn.Sequential:
@@ -38,7 +40,9 @@ def train_steps(net: nn.Module, batches: Iterable, *, steps: int, lr: float = 0.
     when it runs out); returns the loss of every step."""
     if not isinstance(steps, int) or steps < 1:
         raise ValueError(f"train_steps: steps must be an int >= 1, got {steps!r}")
-    dev = torch.device(device)
+    if not isinstance(lr, (int, float)) or isinstance(lr, bool) or not math.isfinite(lr) or lr <= 0:
+        raise ValueError(f"train_steps: lr must be a positive finite number, got {lr!r}")
+    dev = as_device(device)
     net.to(dev).train()
     opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=momentum, nesterov=True)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps)
@@ -66,7 +70,7 @@ def accuracy(net: nn.Module, x_uint8: torch.Tensor, y: torch.Tensor, *,
              device: str | torch.device = "cpu", batch_size: int = 1000,
              mean: tuple[float, ...] | None = None, std: tuple[float, ...] | None = None) -> float:
     """Accuracy on uint8 images (N, C, H, W), normalised like training, without augmentation."""
-    dev = torch.device(device)
+    dev = as_device(device)  # a clear error for 'cuda' on a machine without one
     kwargs = {} if mean is None else {"mean": mean, "std": std}
     norm = DeviceAugment(pad=0, crop=x_uint8.shape[-1], flip=False, **kwargs)
     net.to(dev).eval()

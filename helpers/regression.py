@@ -12,7 +12,7 @@ import time
 import torch
 from torch import nn
 
-from .devices import synchronize
+from .devices import as_device, synchronize
 
 
 def boston_like(n: int = 506, features: int = 13, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -37,7 +37,7 @@ def fit(X: torch.Tensor, y: torch.Tensor, device: str | torch.device, *, steps: 
     step, device synchronised, copies of the data included once) and the final MSE."""
     if not isinstance(steps, int) or steps < 1:
         raise ValueError(f"fit: steps must be an int >= 1, got {steps!r}")
-    dev = torch.device(device)
+    dev = as_device(device)  # a clear error for 'cuda' on a machine without one
     torch.manual_seed(seed)
     net = mlp(X.shape[1], hidden).to(dev)
     opt = torch.optim.SGD(net.parameters(), lr=lr)

@@ -16,6 +16,7 @@ import json
 import math
 import re
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -68,10 +69,18 @@ class Recorder:
         value = float(value)
         if math.isnan(value):
             raise ValueError(f"measure: value for {name!r} is NaN")
+        if math.isinf(value):
+            raise ValueError(f"measure: value for {name!r} is infinite ({value}); record a finite "
+                             "figure (a zero time? measure more repeats)")
         if ratio is not None:
             if isinstance(ratio, (str, bytes, bool)) or not hasattr(ratio, "__float__"):
                 raise TypeError(f"measure: ratio for {name!r} must be a number or None, got {ratio!r}")
             ratio = float(ratio)
+            if not math.isfinite(ratio):
+                raise ValueError(f"measure: ratio for {name!r} must be finite, got {ratio}")
+        for k, v in extra.items():
+            if isinstance(v, float) and not math.isfinite(v):
+                raise ValueError(f"measure: {k} for {name!r} must be finite, got {v}")
         entry = {"name": name, "value": value, "unit": unit, "ratio": ratio, "note": note, **extra}
         self.data["measurements"] = [m for m in self.data["measurements"] if m["name"] != name]
         self.data["measurements"].append(entry)
@@ -120,18 +129,37 @@ class Recorder:
     def save(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.data["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.data, indent=1, default=str))
-        tmp.replace(self.path)
+        # standard JSON only (no NaN/Infinity), written under a temporary name then renamed
+        paths.write_atomic(self.path, json.dumps(self.data, indent=1, default=str, allow_nan=False))
 
 
-def load_all(directory: str | Path | None = None) -> list[dict[str, Any]]:
-    """Every notebook's results in `directory` (default: this machine's), sorted by notebook."""
+def load_all(directory: str | Path | None = None, *,
+             problems: list[str] | None = None) -> list[dict[str, Any]]:
+    """Every notebook's results in `directory` (default: this machine's), sorted by notebook.
+    A file that cannot be read (empty, truncated, not UTF-8, not a results file) is skipped and
+    said so in `problems` (when given) and as a warning: never silently dropped."""
     d = Path(directory) if directory is not None else paths.results_dir()
     out = []
     for p in sorted(d.glob("*.json")):
+        problem = None
         try:
-            out.append(json.loads(p.read_text()))
-        except json.JSONDecodeError:
+            raw = p.read_bytes()
+            data = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            problem = f"is not UTF-8 text (byte {e.start})"
+        except json.JSONDecodeError as e:
+            problem = ("is empty" if not raw.strip() else
+                       f"is truncated or not JSON ({e.msg}, line {e.lineno} column {e.colno})")
+        except OSError as e:
+            problem = f"cannot be read ({e.strerror})"
+        else:
+            if not isinstance(data, dict) or not isinstance(data.get("notebook"), str):
+                problem = "is not a results file (no 'notebook' entry)"
+        if problem:
+            msg = f"{p} {problem}: its measurements and verdicts are missing from the report"
+            warnings.warn(msg, stacklevel=2)
+            if problems is not None:
+                problems.append(msg)
             continue
+        out.append(data)
     return out

@@ -11,9 +11,13 @@ and a small fraction of labels are flipped, so no model can reach 100 % accuracy
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import os
 import pickle
+import shutil
 import struct
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -62,37 +66,79 @@ def _positive_ints(where: str, minimum: int = 1, **values: object) -> None:
             raise ValueError(f"{where}: {name} must be an int >= {minimum}, got {v!r}")
 
 
-def _write_idx(path: Path, array: np.ndarray) -> None:
+def _idx_bytes(array: np.ndarray) -> bytes:
     """IDX format (Fashion-MNIST's): magic 0x0000 08 <ndim>, big-endian int32 dims, uint8 data."""
     header = struct.pack(">HBB", 0, 0x08, array.ndim) + struct.pack(f">{array.ndim}I", *array.shape)
-    path.write_bytes(header + np.ascontiguousarray(array, dtype=np.uint8).tobytes())
+    return header + np.ascontiguousarray(array, dtype=np.uint8).tobytes()
 
 
-def _marker(folder: Path, **info: object) -> None:
-    (folder / MARKER).write_text(json.dumps({"synthetic": True, **info}, indent=1))
+def _marker_bytes(**info: object) -> bytes:
+    return json.dumps({"synthetic": True, **info}, indent=1).encode()
+
+
+def _write_folder(target: Path, files: dict[str, bytes], dirs: tuple[str, ...] = ()) -> None:
+    """Write `files` (relative path -> bytes) as the folder `target`, atomically: into a
+    temporary folder beside it, renamed into place when complete. Two writers at once, or a
+    reader, never see half a folder or half a file: when `target` exists already (another
+    writer finished first, or an older copy), each file is renamed over its old copy, the
+    synthetic marker last."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    try:
+        for d in dirs:
+            (tmp / d).mkdir(parents=True, exist_ok=True)
+        for rel, data in files.items():
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / rel).write_bytes(data)
+        try:
+            os.rename(tmp, target)  # atomic; fails when target is a non-empty folder
+            return
+        except OSError:
+            pass
+        for d in dirs:
+            (target / d).mkdir(parents=True, exist_ok=True)
+        for rel in sorted(files, key=lambda r: Path(r).name == MARKER):
+            (target / rel).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(tmp / rel, target / rel)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def write_fashion_mnist(root: str | Path, n_train: int = 60000, n_test: int = 10000) -> Path:
-    """Write `<root>/FashionMNIST/raw/*-ubyte` as torchvision's FashionMNIST expects them."""
+    """Write `<root>/FashionMNIST/raw/*-ubyte` as torchvision's FashionMNIST expects them
+    (atomically: a folder appears complete or not at all)."""
     _positive_ints("write_fashion_mnist", n_train=n_train, n_test=n_test)
-    raw = Path(root) / "FashionMNIST" / "raw"
-    raw.mkdir(parents=True, exist_ok=True)
+    files = {}
     for prefix, n, seed in (("train", n_train, 1), ("t10k", n_test, 2)):
         x, y = class_images(n, 28, 28, 1, seed=seed)
-        _write_idx(raw / f"{prefix}-images-idx3-ubyte", x[..., 0])
-        _write_idx(raw / f"{prefix}-labels-idx1-ubyte", y.astype(np.uint8))
-    _marker(raw.parent, dataset="FashionMNIST", n_train=n_train, n_test=n_test,
-            classes=FASHION_CLASSES)
-    return raw.parent
+        files[f"raw/{prefix}-images-idx3-ubyte"] = _idx_bytes(x[..., 0])
+        files[f"raw/{prefix}-labels-idx1-ubyte"] = _idx_bytes(y.astype(np.uint8))
+    files[MARKER] = _marker_bytes(dataset="FashionMNIST", n_train=n_train, n_test=n_test,
+                                  classes=FASHION_CLASSES)
+    folder = Path(root) / "FashionMNIST"
+    _write_folder(folder, files)
+    return folder
 
 
-def write_cifar10(root: str | Path, n_train: int = 50000, n_test: int = 10000) -> Path:
-    """Write `<root>/cifar-10-batches-py/` (5 pickled training batches, a test batch, meta)."""
-    _positive_ints("write_cifar10", n_test=n_test)
-    _positive_ints("write_cifar10", minimum=5, n_train=n_train)  # one image per training batch at least
-    folder = Path(root) / "cifar-10-batches-py"
-    folder.mkdir(parents=True, exist_ok=True)
-    md5 = {}
+# md5 of the files `write_cifar10` writes at its default sizes. The reader checks the batch
+# files against checksums that come with this code, never with the data folder: a CIFAR batch
+# is a pickle, and unpickling a crafted file runs its code. (tests/test_data.py checks the table.)
+CIFAR_DEFAULT_MD5 = {
+    "data_batch_1": "ffdf30c308ea875d5e25e578f7cad195",
+    "data_batch_2": "2a0bba79e7fd4fe0577c70d1d06d0df7",
+    "data_batch_3": "7dd2d984c7fed43fff35d44d5359bd4b",
+    "data_batch_4": "4cc7867fbc86e0425fd0c0baceb6274a",
+    "data_batch_5": "432d5018155abcf47c298298d7ccebaf",
+    "test_batch": "32996eccbc8db528ee1cdcaf152cbf80",
+    "batches.meta": "0284df8826f9ca46b417d2c8f86c8b23",
+}
+CIFAR_MAX = (50000, 10000)  # the real set's sizes; larger stand-ins are refused
+
+
+def _cifar_files(n_train: int, n_test: int) -> dict[str, bytes]:
+    """The stand-in's files, as bytes: 5 pickled training batches, a test batch, meta."""
+    files = {}
 
     def dump(name: str, images: np.ndarray, labels: np.ndarray) -> None:
         entry = {
@@ -102,28 +148,52 @@ def write_cifar10(root: str | Path, n_train: int = 50000, n_test: int = 10000) -
             "data": images.transpose(0, 3, 1, 2).reshape(len(images), -1),
             "filenames": [f"synthetic_{name}_{i}.png" for i in range(len(images))],
         }
-        path = folder / name
-        with open(path, "wb") as f:
-            pickle.dump(entry, f, protocol=2)
-        md5[name] = hashlib.md5(path.read_bytes()).hexdigest()
+        files[name] = pickle.dumps(entry, protocol=2)
 
     x, y = class_images(n_train, 32, 32, 3, seed=3)
     for i, part in enumerate(np.array_split(np.arange(n_train), 5), start=1):
         dump(f"data_batch_{i}", x[part], y[part])
     xt, yt = class_images(n_test, 32, 32, 3, seed=4)
     dump("test_batch", xt, yt)
-    with open(folder / "batches.meta", "wb") as f:
-        pickle.dump({"label_names": CIFAR_CLASSES, "num_cases_per_batch": n_train // 5,
-                     "num_vis": 3072}, f, protocol=2)
-    md5["batches.meta"] = hashlib.md5((folder / "batches.meta").read_bytes()).hexdigest()
-    _marker(folder, dataset="CIFAR10", n_train=n_train, n_test=n_test, md5=md5,
-            classes=CIFAR_CLASSES)
+    files["batches.meta"] = pickle.dumps({"label_names": CIFAR_CLASSES, "num_cases_per_batch": n_train // 5,
+                                          "num_vis": 3072}, protocol=2)
+    return files
+
+
+def _check_cifar_sizes(where: str, n_train: object, n_test: object) -> None:
+    _positive_ints(where, n_test=n_test)
+    _positive_ints(where, minimum=5, n_train=n_train)  # one image per training batch at least
+    if n_train > CIFAR_MAX[0] or n_test > CIFAR_MAX[1]:
+        raise ValueError(f"{where}: n_train and n_test must be at most {CIFAR_MAX[0]} and {CIFAR_MAX[1]} "
+                         f"(the real set's sizes), got {n_train} and {n_test}")
+
+
+def cifar10_checksums(n_train: int = 50000, n_test: int = 10000) -> dict[str, str]:
+    """md5 of each file the CIFAR-10 stand-in of these sizes consists of, from this code alone:
+    the table above for the default sizes, else the files regenerated in memory."""
+    _check_cifar_sizes("cifar10_checksums", n_train, n_test)
+    if (n_train, n_test) == CIFAR_MAX and CIFAR_DEFAULT_MD5:
+        return dict(CIFAR_DEFAULT_MD5)
+    return {name: hashlib.md5(b).hexdigest() for name, b in _cifar_files(n_train, n_test).items()}
+
+
+def write_cifar10(root: str | Path, n_train: int = 50000, n_test: int = 10000) -> Path:
+    """Write `<root>/cifar-10-batches-py/` (5 pickled training batches, a test batch, meta),
+    atomically: the folder appears complete or not at all."""
+    _check_cifar_sizes("write_cifar10", n_train, n_test)
+    files = _cifar_files(n_train, n_test)
+    md5 = {name: hashlib.md5(b).hexdigest() for name, b in files.items()}
+    files[MARKER] = _marker_bytes(dataset="CIFAR10", n_train=n_train, n_test=n_test, md5=md5,
+                                  classes=CIFAR_CLASSES)
+    folder = Path(root) / "cifar-10-batches-py"
+    _write_folder(folder, files)
     return folder
 
 
 def write_image_folder(root: str | Path, images: np.ndarray, labels: np.ndarray,
                        classes: list[str], fmt: str = "png", quality: int = 90) -> Path:
-    """Write images as `<root>/<class>/<i>.<fmt>` files (torchvision's ImageFolder layout)."""
+    """Write images as `<root>/<class>/<i>.<fmt>` files (torchvision's ImageFolder layout),
+    atomically: the folder appears complete or not at all."""
     from PIL import Image
 
     if fmt not in ("png", "jpeg"):
@@ -143,13 +213,15 @@ def write_image_folder(root: str | Path, images: np.ndarray, labels: np.ndarray,
     if fmt == "jpeg" and (not isinstance(quality, int) or not 1 <= quality <= 95):
         raise ValueError(f"write_image_folder: quality must be an int in 1..95, got {quality!r}")
     root = Path(root)
-    for c in classes:
-        (root / c).mkdir(parents=True, exist_ok=True)
     ext = "png" if fmt == "png" else "jpg"
+    files = {}
     for i, (img, lab) in enumerate(zip(images, labels, strict=True)):
         pil = Image.fromarray(img[..., 0] if img.shape[-1] == 1 else img)
         kwargs = {"quality": quality} if fmt == "jpeg" else {"compress_level": 6}
-        pil.save(root / classes[int(lab)] / f"{i:06d}.{ext}", **kwargs)
+        buf = io.BytesIO()
+        pil.save(buf, format=fmt.upper(), **kwargs)
+        files[f"{classes[int(lab)]}/{i:06d}.{ext}"] = buf.getvalue()
+    _write_folder(root, files, dirs=tuple(classes))  # every class folder, even an empty one
     return root
 
 

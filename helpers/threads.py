@@ -10,6 +10,7 @@ throughput keep the machine's default.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 
 import torch
@@ -36,3 +37,18 @@ _STARTED_WITH = torch.get_num_threads()
 def started_with() -> int:
     """PyTorch's intra-op thread count when this process first imported `helpers.threads`."""
     return _STARTED_WITH
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask, e.g. a container's limit)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def share(processes: int = 1) -> int:
+    """Intra-op threads per process when `processes` busy processes (this one, DataLoader
+    workers, ranks) run at once: threads x processes <= cores, at least 1. More threads than
+    cores makes each thread wait at every barrier for a partner that is not running: a 2-core
+    training run slowed more than 20x beside one other busy process that way."""
+    if not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:
+        raise ValueError(f"share: processes must be an int >= 1, got {processes!r}")
+    return max(1, usable_cores() // processes)

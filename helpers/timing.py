@@ -7,6 +7,7 @@ before reading the clock. `micro_benchmark` wraps `torch.utils.benchmark` for si
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -153,8 +154,10 @@ def micro_benchmark(stmt: str, globals: dict | None = None, *, min_run_time: flo
     process's thread count (its default would pin to one thread)."""
     if not isinstance(stmt, str) or not stmt.strip():
         raise ValueError(f"micro_benchmark: stmt must be a non-empty string of code, got {stmt!r}")
-    if not isinstance(min_run_time, int | float) or min_run_time <= 0:
-        raise ValueError(f"micro_benchmark: min_run_time must be a positive number of seconds, got {min_run_time!r}")
+    if (not isinstance(min_run_time, int | float) or isinstance(min_run_time, bool)
+            or not math.isfinite(min_run_time) or min_run_time <= 0):
+        raise ValueError(f"micro_benchmark: min_run_time must be a positive finite number of seconds, "
+                         f"got {min_run_time!r}")
     timer = tb.Timer(stmt=stmt, globals=globals or {}, num_threads=torch.get_num_threads(),
                      label=label or stmt)
     return timer.blocked_autorange(min_run_time=min_run_time)

@@ -50,6 +50,7 @@ and epoch end on a CPU), learning rate, and test accuracy when `test_iter` is gi
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 import warnings
 from collections.abc import Callable, Iterable
@@ -362,8 +363,8 @@ def train(
     _check_int("accum_steps", accum_steps, 1)
     _check_int("log_every", log_every, 0)
     _check_int("steps_per_epoch", steps_per_epoch, 1, allow_none=True)
-    if not isinstance(lr, int | float) or isinstance(lr, bool) or lr <= 0:
-        raise ValueError(f"lr must be a positive number; got {lr!r}")
+    if not isinstance(lr, int | float) or isinstance(lr, bool) or not math.isfinite(lr) or lr <= 0:
+        raise ValueError(f"lr must be a positive finite number; got {lr!r}")
     if scheduler_interval not in SCHEDULER_INTERVALS:
         raise ValueError(f"scheduler_interval must be one of {', '.join(SCHEDULER_INTERVALS)}; "
                          f"got {scheduler_interval!r}")

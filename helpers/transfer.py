@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from .devices import as_device
 from .timing import Measurement, benchmark
 
 
@@ -29,7 +30,7 @@ def host_tensor(nbytes: int, *, pinned: bool = False) -> torch.Tensor:
 def copy_time(nbytes: int, device: str | torch.device, *, pinned: bool = False,
               non_blocking: bool = False, repeats: int = 5) -> Measurement:
     """Seconds to copy `nbytes` from host memory to `device` (a CPU `clone` when device is cpu)."""
-    dev = torch.device(device)
+    dev = as_device(device)  # a clear error for 'cuda' on a machine without one
     src = host_tensor(nbytes, pinned=pinned)
     if dev.type == "cpu":
         return benchmark(lambda: src.clone(), repeats=repeats, label=f"host copy {nbytes} B")

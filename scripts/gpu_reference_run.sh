@@ -31,7 +31,7 @@ usage: bash scripts/gpu_reference_run.sh check | bench | notebooks GLOB
   check            install the carried wheels, start a kernel, show the GPU; nothing else
   bench [ARGS]     the capstone benchmark (python3 -m benchmarks.capstone ARGS), e.g.
                    bench --epochs 1 --accuracy-epochs 3 if the defaults overrun the limit
-  notebooks GLOB   python3 -m helpers.suite --profile full --notebooks GLOB --save-reference
+  notebooks GLOB   python3 -m helpers.suite --profile full --yes --notebooks GLOB --save-reference
                    the 13 notebooks (00-12) in three calls: '0[0-4]_*', '0[5-9]_*', '1[0-2]_*'
 Runs on the lent GPU machine (the device tool sets $OUT); needs .whl/ carried
 (bash scripts/gpu_wheels.sh here first).
@@ -184,7 +184,7 @@ step() {
 # A suite call that did not finish (a notebook failed, or the limit stopped it) saves nothing
 # itself; keep the notebooks that did finish, so the next call need not run them again.
 salvage() {
-    if [ ! "$BUILD/run.json" -nt "$STAMP" ]; then
+    if [ ! "$BUILD/latest/run.json" -nt "$STAMP" ]; then
         echo "== no notebook finished in this call"
         return 0
     fi
@@ -194,8 +194,9 @@ from pathlib import Path
 
 from helpers import paths, suite
 
-log = json.loads((paths.build_dir() / "run.json").read_text())["notebooks"]
-ok = [n for n, r in log.items() if r["status"] == "ok" and (paths.results_dir() / f"{n}.json").is_file()]
+run = paths.latest_run()  # the suite's run folder: build/runs/<time>/
+log = json.loads((run / "run.json").read_text())["notebooks"]
+ok = [n for n, r in log.items() if r["status"] == "ok" and (run / "results" / f"{n}.json").is_file()]
 failed = [n for n, r in log.items() if r["status"] != "ok"]
 unfinished = [p.stem for p in suite.notebook_paths(os.environ["FTG_GLOB"]) if p.stem not in log]
 print(f"== finished ok: {', '.join(ok) or 'none'}; failed: {', '.join(failed) or 'none'}; "
@@ -203,7 +204,7 @@ print(f"== finished ok: {', '.join(ok) or 'none'}; failed: {', '.join(failed) or
 if ok:
     with tempfile.TemporaryDirectory() as tmp:
         for n in ok:
-            shutil.copy2(paths.results_dir() / f"{n}.json", Path(tmp) / f"{n}.json")
+            shutil.copy2(run / "results" / f"{n}.json", Path(tmp) / f"{n}.json")
         print(f"== saved the finished notebooks' results to {suite.save_reference(Path(tmp))}")
 PYEOF
 }
@@ -222,15 +223,15 @@ collect() {
     if [ "$SUB" = notebooks ]; then
         # only this call's: a warm machine keeps build/ from the call before
         [ "$BUILD/report.md" -nt "$STAMP" ] && cp "$BUILD/report.md" "$OUT/report-$TAG.md"
-        [ "$BUILD/run.json" -nt "$STAMP" ] || return 0
-        cp "$BUILD/run.json" "$OUT/run-$TAG.json"
+        [ "$BUILD/latest/run.json" -nt "$STAMP" ] || return 0
+        cp "$BUILD/latest/run.json" "$OUT/run-$TAG.json"
         local failed
         failed=$("$PY" -c 'import json, sys; d = json.load(open(sys.argv[1]))["notebooks"]
-print(" ".join(f"{n}.ipynb" for n, r in d.items() if r["status"] != "ok"))' "$BUILD/run.json" \
+print(" ".join(f"{n}.ipynb" for n, r in d.items() if r["status"] != "ok"))' "$BUILD/latest/run.json" \
             2>/dev/null || true)
         if [ -n "$failed" ]; then
             # shellcheck disable=SC2086
-            tar -czf "$OUT/failed-$TAG.tar.gz" -C "$BUILD/notebooks" $failed 2>/dev/null || true
+            tar -czf "$OUT/failed-$TAG.tar.gz" -C "$BUILD/latest/notebooks" $failed 2>/dev/null || true
             if [ -f "$OUT/failed-$TAG.tar.gz" ] \
                 && [ "$(stat -c %s "$OUT/failed-$TAG.tar.gz")" -gt $((15 * 1048576)) ]; then
                 rm -f "$OUT/failed-$TAG.tar.gz"
@@ -248,7 +249,7 @@ case "$SUB" in
         collect
         ;;
     notebooks)
-        step "$PY" -m helpers.suite --profile full --notebooks "$GLOB" --save-reference \
+        step "$PY" -m helpers.suite --profile full --yes --notebooks "$GLOB" --save-reference \
             --timeout "$STEP_SECONDS" || rc=$?
         [ "$rc" -eq 0 ] || salvage || echo "== salvage failed"
         collect

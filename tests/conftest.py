@@ -12,6 +12,7 @@ matplotlib.use("Agg")
 def _isolated_dirs(tmp_path, monkeypatch):
     monkeypatch.setenv("FTG_BUILD_DIR", str(tmp_path / "build"))
     monkeypatch.setenv("FTG_OFFLINE", "1")
+    monkeypatch.delenv("FTG_RESULTS_DIR", raising=False)  # results go to the test's build folder
     yield
 
 

@@ -1,4 +1,9 @@
+import json
+import os
+import pickle
 import struct
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -77,3 +82,64 @@ def test_image_folder_writer(tmp_path):
     assert len(list(root.rglob("*.png"))) == 20
     with pytest.raises(ValueError, match="fmt must be"):
         synthetic.write_image_folder(tmp_path / "x", x, y, synthetic.CIFAR_CLASSES, fmt="gif")
+
+
+class _Payload:
+    """Unpickling this runs code: what a crafted CIFAR batch file could do."""
+
+    def __reduce__(self):
+        return (os.system, (f"touch {os.environ['FTG_PWNED']}",))
+
+
+def test_cifar_batch_checked_against_checksums_from_the_code(small_synthetic, tmp_path, monkeypatch):
+    """A crafted batch file with a manifest that vouches for it is refused, never unpickled."""
+    folder = small_synthetic / "synthetic" / "cifar-10-batches-py"
+    pwned = tmp_path / "pwned"
+    monkeypatch.setenv("FTG_PWNED", str(pwned))
+    evil = pickle.dumps(_Payload(), protocol=2)
+    (folder / "test_batch").write_bytes(evil)
+    manifest = json.loads((folder / synthetic.MARKER).read_text())
+    import hashlib
+
+    manifest["md5"]["test_batch"] = hashlib.md5(evil).hexdigest()  # the folder's own checksum agrees
+    (folder / synthetic.MARKER).write_text(json.dumps(manifest))
+    with pytest.raises(RuntimeError, match="test_batch is truncated or corrupt"):
+        data.cifar10(train=False)
+    assert not pwned.exists(), "the crafted batch file was unpickled"
+
+
+def test_cifar_checksum_table_matches_the_writer():
+    """The shipped table is what the writer produces at the default sizes (a numpy or pickle
+    change that alters the bytes shows up here, not as 'corrupt' data on a learner's machine)."""
+    files = synthetic._cifar_files(*synthetic.CIFAR_MAX)
+    import hashlib
+
+    assert {n: hashlib.md5(b).hexdigest() for n, b in files.items()} == synthetic.CIFAR_DEFAULT_MD5
+
+
+WRITER = """
+import sys
+from helpers import data, synthetic
+import numpy as np
+x, y = synthetic.class_images(300, 16, 16, 3)
+for _ in range(3):
+    synthetic.write_image_folder(sys.argv[1], x, y, [f"class_{c}" for c in range(10)])
+    files = sorted(__import__("pathlib").Path(sys.argv[1]).rglob("*.png"))
+    assert len(files) == 300, len(files)
+    [f.read_bytes() for f in files]
+ds = data.fashion_mnist(train=True)
+assert ds.synthetic and len(ds) == 60000
+"""
+
+
+def test_two_writers_of_a_fresh_data_folder_do_not_race(data_root, tmp_path):
+    """Two processes write the same image folder and the same synthetic data set at once:
+    both succeed, and neither ever sees a missing or half-written file."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(data.paths.ROOT),
+                                                                    os.environ.get("PYTHONPATH")]))}
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path / "imgs")], env=env,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    errs = [p.communicate(timeout=300)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errs
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")], "temporary folders left"
+    assert not [p for p in (data_root / "synthetic").iterdir() if p.name.endswith(".tmp")]

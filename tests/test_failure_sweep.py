@@ -48,8 +48,10 @@ from helpers import (
     paths,
     pipelines,
     plotting,
+    processes,
     profiles,
     quick_train,
+    regression,
     report,
     results,
     suite,
@@ -57,6 +59,7 @@ from helpers import (
     threads,
     timing,
     training,
+    transfer,
     worker_memory,
 )
 
@@ -270,6 +273,7 @@ CASES = [
     case(data_wait.DataWaitMeter, ValueError, r"device must be 'cpu', 'cuda' or 'cuda:N'; got 'tpu'", [1], device="tpu"),
     # --- suite -----------------------------------------------------------------------------
     case(suite.main, ValueError, r"unknown profile 'fast': valid profiles are smoke, full, auto", ["--profile", "fast"]),
+    case(suite.choose_profile, ValueError, r"unknown profile 'fast': valid profiles are smoke, full, auto", "fast"),
     case(suite.notebook_paths, ValueError, r"pattern must be a glob of notebook names .* got ''", ""),
     case(suite.execute, ValueError, r"timeout must be a positive int \(seconds per cell\), got 0", Path("x.ipynb"), Path("out"), 0),
     case(suite.execute, FileNotFoundError, r"nb_path .*missing.ipynb is not a notebook file", Path("/nonexistent/missing.ipynb"), Path("out"), 10),
@@ -294,7 +298,7 @@ CASES = [
     case(pipelines.time_epochs, ValueError, r"time_epochs: repeats must be an int >= 1, got 0", noop, repeats=0),
     case(pipelines.time_loader, ValueError, r"batch_size must be an int >= 1, got 0", DS4, batch_size=0),
     case(timing.micro_benchmark, ValueError, r"micro_benchmark: stmt must be a non-empty string", ""),
-    case(timing.micro_benchmark, ValueError, r"min_run_time must be a positive number", "1", min_run_time=0),
+    case(timing.micro_benchmark, ValueError, r"min_run_time must be a positive finite number", "1", min_run_time=0),
     case(entered(threads.cpu_threads), ValueError, r"cpu_threads: n must be an int >= 1, got 0", 0),
     case(pipelines.cifar_train_transform, ValueError, r"crop must be an int >= 1, got 0", crop=0),
     case(pipelines.tensor_train_transform, ValueError, r"crop must be an int >= 1, got 0", crop=0),
@@ -328,6 +332,23 @@ CASES = [
     case(batch_finder.largest_batch, TypeError, r"try_batch must be a callable batch_size -> bytes", 5),
     case(batch_finder.largest_batch, ValueError, r"max_batch \(4\) must be >= start \(8\)", noop, start=8, max_batch=4),
     case(batch_finder.largest_batch, ValueError, r"budget_bytes must be a positive number or None, got -1", noop, budget_bytes=-1),
+    # --- non-finite numbers, devices that are not there, process lifetimes ------------------
+    case(timing.micro_benchmark, ValueError, r"min_run_time must be a positive finite number of seconds, got inf", "pass", min_run_time=float("inf")),
+    case(timing.micro_benchmark, ValueError, r"min_run_time must be a positive finite number of seconds, got nan", "pass", min_run_time=float("nan")),
+    case(training.train, ValueError, r"lr must be a positive finite number; got nan", torch.nn.Linear(2, 2), [], lr=float("nan"), device="cpu"),
+    case(training.train, ValueError, r"lr must be a positive finite number; got inf", torch.nn.Linear(2, 2), [], lr=float("inf"), device="cpu"),
+    case(quick_train.train_steps, ValueError, r"train_steps: lr must be a positive finite number, got nan", torch.nn.Linear(2, 2), [], steps=1, lr=float("nan")),
+    case(recorder("measure"), ValueError, r"value for 'a' is infinite \(inf\)", "a", float("inf"), "s"),
+    case(recorder("measure"), ValueError, r"value for 'a' is infinite \(-inf\)", "a", float("-inf"), "s"),
+    case(recorder("measure"), ValueError, r"ratio for 'a' must be finite, got inf", "a", 1, "s", ratio=float("inf")),
+    case(recorder("measure"), ValueError, r"seconds for 'a' must be finite, got nan", "a", 1, "s", seconds=float("nan")),
+    case(synthetic.cifar10_checksums, ValueError, r"n_train and n_test must be at most 50000 and 10000", 60000, 10),
+    case(processes.die_with_parent, ValueError, r"die_with_parent: sig must be a signal number, got 0", 0),
+    case(processes.die_with_parent, ValueError, r"die_with_parent: poll must be a positive number of seconds, got 0", poll=0),
+    *([case(transfer.copy_time, ValueError, r"device 'cuda' asked for, but this machine has no CUDA GPU", 1024, "cuda"),
+       case(regression.fit, ValueError, r"device 'cuda' asked for, but this machine has no CUDA GPU", *regression.boston_like(), "cuda"),
+       case(quick_train.accuracy, ValueError, r"device 'cuda' asked for, but this machine has no CUDA GPU",
+            quick_train.small_cnn(), X4, Y4, device="cuda")] if NO_GPU else []),
     # --- later notebooks' modules: one line per case, e.g.
     # case(training.fit, ValueError, r"epochs must be an int >= 1", net, loader, epochs=0),
 ]
@@ -548,28 +569,33 @@ CTRL_C_SCRIPT = textwrap.dedent("""
     from torch.utils.data import DataLoader
     from torchvision import transforms
     from helpers import data, quick_train
+    # persistent workers: the same two processes serve every epoch, so the pids reported
+    # below are the ones that must be gone after the interrupt
     loader = DataLoader(data.fashion_mnist(transform=transforms.ToTensor()), batch_size=8,
-                        num_workers=2, shuffle=True)
+                        num_workers=2, shuffle=True, persistent_workers=True)
 
-    def batches():  # a training run's input; says which workers it has once it is running
-        for step, batch in enumerate(loader):
-            if step == 2:
-                kids = psutil.Process().children(recursive=True)
-                print(" ".join(str(c.pid) for c in kids), flush=True)
-            yield batch
+    def batches():  # endless: the run lasts until interrupted, however fast the machine
+        step = 0
+        while True:
+            for batch in loader:
+                step += 1
+                if step == 3:  # training has demonstrably started: say which workers it has
+                    kids = psutil.Process().children(recursive=True)
+                    print(" ".join(str(c.pid) for c in kids), flush=True)
+                yield batch
 
     quick_train.train_steps(quick_train.small_cnn(in_channels=1, width=4), batches(), steps=10**6)
     print("training ended without an interrupt", flush=True)
 """)
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(180)
 @pytest.mark.parametrize("target", ["process group (terminal Ctrl-C, Jupyter interrupt)",
                                     "main process only"])
 def test_ctrl_c_ends_a_training_run_and_its_workers(target, data_root):
     """SIGINT mid-epoch to a training run over a 2-worker DataLoader: the run ends with
     KeyboardInterrupt within a bounded time and no worker process outlives it."""
-    synthetic.write_fashion_mnist(data_root / "synthetic", n_train=4000, n_test=32)
+    synthetic.write_fashion_mnist(data_root / "synthetic", n_train=256, n_test=32)
     env = {**os.environ, "PYTHONPATH": str(paths.ROOT)}
     proc = subprocess.Popen([sys.executable, "-c", CTRL_C_SCRIPT], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
@@ -577,15 +603,15 @@ def test_ctrl_c_ends_a_training_run_and_its_workers(target, data_root):
         line = proc.stdout.readline()
         workers = {int(p) for p in line.split()}
         assert len(workers) >= 2, f"the run did not report its workers: {line!r} {proc.stderr.read()[-2000:]}"
-        time.sleep(0.5)  # well inside the epoch (500 steps)
+        time.sleep(0.5)  # the run goes on (endless batches) until the signal lands
         if target.startswith("process group"):
             os.killpg(proc.pid, signal.SIGINT)
         else:
             os.kill(proc.pid, signal.SIGINT)
         try:
-            _, err = proc.communicate(timeout=30)
+            _, err = proc.communicate(timeout=60)  # a hang guard, generous for a loaded machine
         except subprocess.TimeoutExpired:
-            pytest.fail("the run did not end within 30 s of Ctrl-C")
+            pytest.fail("the run did not end within 60 s of Ctrl-C")
         assert proc.returncode != 0 and "KeyboardInterrupt" in err, err[-2000:]
         left = _workers_gone(workers)
         assert not left, f"DataLoader workers still running after Ctrl-C: {left}"
@@ -593,3 +619,87 @@ def test_ctrl_c_ends_a_training_run_and_its_workers(target, data_root):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
+
+
+
+# --- 4. results files that cannot be read, names that break tables, the run's profile ---------
+
+def _damage_results(path: Path, how: str) -> None:
+    if how == "truncated":
+        path.write_text(path.read_text()[:40])
+    elif how == "empty":
+        path.write_bytes(b"")
+    elif how == "not UTF-8":
+        path.write_bytes(b'{"notebook": "02_y", "x": "\xff\xfe"}')
+    else:  # valid JSON, but not a results file
+        path.write_text("[1, 2, 3]")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("how", ["truncated", "empty", "not UTF-8", "not a results file"])
+def test_unreadable_results_file_is_warned_about_not_dropped(how, tmp_path):
+    res = tmp_path / "results"
+    results.Recorder("01_x", directory=res).measure("kept", 1.0, "s")
+    bad = results.Recorder("02_y", directory=res)
+    bad.verdict("L1", "holds", figure="2x")
+    _damage_results(bad.path, how)
+    with pytest.warns(UserWarning, match=r"02_y.json"):
+        report.write(tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    assert "## Warning: results files that could not be read" in md
+    warning = next(line for line in md.splitlines() if "02_y.json" in line)
+    assert {"truncated": "truncated or not JSON", "empty": "is empty", "not UTF-8": "not UTF-8",
+            "not a results file": "not a results file"}[how] in warning
+    assert "## 01_x" in md  # the readable file is still reported
+    ledger = {line.split(" ", 2)[1]: line for line in md.splitlines() if line.startswith("| L")}
+    assert "results file unreadable" in ledger["L1"] and "not tested yet" not in ledger["L1"]
+    assert "Warning" in (tmp_path / "report.html").read_text()
+
+
+def test_a_pipe_in_a_measurement_name_keeps_the_table_whole(tmp_path):
+    res = tmp_path / "results"
+    results.Recorder("01_x", directory=res).measure("batch | 64", 2.0, "s|step", note="a|b")
+    report.write(tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    row = next(line for line in md.splitlines() if line.startswith("| batch"))
+    assert row == "| batch \\| 64 | 2 | s\\|step |  | a\\|b |  |"
+    header = next(line for line in md.splitlines() if line.startswith("| measurement"))
+    import re
+
+    def cells(line):
+        return re.split(r"(?<!\\)\|", line.strip()[1:-1])
+
+    assert len(cells(row)) == len(cells(header)) == 6
+    assert "<td>batch | 64</td>" in (tmp_path / "report.html").read_text()
+
+
+def test_infinite_figures_never_reach_the_results_file(tmp_path):
+    rec = results.Recorder("01_x", directory=tmp_path)
+    with pytest.raises(ValueError):
+        rec.measure("t", float("inf"), "s")
+    import json
+
+    json.loads(rec.path.read_text(), parse_constant=lambda c: pytest.fail(f"non-standard JSON: {c}"))
+
+
+@pytest.mark.timeout(60)
+def test_the_run_honours_ftg_profile_and_says_why(monkeypatch):
+    monkeypatch.setenv("FTG_PROFILE", "smoke")
+    assert suite.choose_profile(None) == ("smoke", "from the environment (FTG_PROFILE)")
+    assert suite.choose_profile("full")[0] == "full"
+    monkeypatch.delenv("FTG_PROFILE")
+    name, why = suite.choose_profile(None)
+    assert name == ("smoke" if NO_GPU else "full") and why.startswith("the default, auto: ")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(not NO_GPU, reason="this machine has a GPU: a full run needs no confirmation")
+def test_a_full_run_without_a_gpu_asks_first(capsys, monkeypatch):
+    import io
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))  # not a terminal: no one to ask
+    assert suite.main(["--profile", "full", "--notebooks", "00_*"]) == 2
+    err = capsys.readouterr()
+    assert "Profile: full (asked for with --profile" in err.out
+    assert "this takes hours" in err.err and "--yes (make run PROFILE=full CONFIRM=1)" in err.err
+    assert not paths.runs_dir().exists(), "the run started anyway"

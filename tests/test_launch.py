@@ -170,3 +170,102 @@ def test_exit_rank_flushes_output_and_keeps_the_exit_code():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                        cwd=Path(__file__).resolve().parents[1])
     assert (p.returncode, p.stdout, p.stderr.strip().endswith("warn")) == (3, "done", True)
+
+
+# --- loopback means loopback; ranks die with their launcher -----------------------------------
+
+def _wait_ready(out: Path, n: int, timeout: float = 180) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while len(list(out.glob("ready*"))) < n:
+        assert time.monotonic() < deadline, f"the ranks did not get ready within {timeout} s"
+        time.sleep(0.2)
+    time.sleep(0.2)  # the pid is written by then
+    return [int(p.read_text()) for p in sorted(out.glob("ready*"))]
+
+
+def _listeners(pids: list[int]) -> list[tuple[int, str, int]]:
+    """(pid, address, port) of every listening TCP socket the processes hold (as `ss -ltnp`)."""
+    found = []
+    for pid in pids:
+        try:
+            conns = psutil.Process(pid).net_connections(kind="tcp")
+        except psutil.NoSuchProcess:
+            continue
+        found += [(pid, c.laddr.ip, c.laddr.port) for c in conns if c.status == psutil.CONN_LISTEN]
+    return found
+
+
+@pytest.mark.parametrize("how", ["launch", "torchrun nodes"])
+def test_every_listening_socket_is_on_loopback_while_a_launch_runs(how, tmp_path):
+    """The rendezvous store, torchrun's agents and stores, and the ranks' own (gloo) sockets."""
+    out = tmp_path / "out"
+    out.mkdir()
+    box: dict = {}
+
+    def go() -> None:
+        try:
+            if how == "launch":
+                box["r"] = launch.launch("tests.rank_hold", [], nprocs=2, stream=False, timeout=240,
+                                         out_dir=out)
+            else:
+                box["r"] = launch.launch_torchrun_nodes("tests.rank_hold", [],
+                                                        nnodes=2, nproc_per_node=1, stream=False,
+                                                        timeout=240)
+        except Exception as e:  # noqa: BLE001 - reported below
+            box["e"] = e
+
+    if how != "launch":  # launch_torchrun_nodes picks its own output folder: find it
+        out = None
+    t = threading.Thread(target=go)
+    t.start()
+    try:
+        if out is None:
+            deadline = time.monotonic() + 60
+            while out is None:
+                runs = sorted((launch._runs_dir()).glob("torchrun_*"))
+                out = runs[-1] if runs else None
+                assert time.monotonic() < deadline and t.is_alive(), box
+                time.sleep(0.1)
+        _wait_ready(out, 2)
+        family = [os.getpid()] + [c.pid for c in psutil.Process().children(recursive=True)]
+        listening = _listeners(family)
+        assert listening, "no listening socket found: the check would pass vacuously"
+        exposed = [x for x in listening if x[1] not in ("127.0.0.1", "::1")]
+        assert not exposed, f"listening beyond loopback: {exposed} (all: {listening})"
+    finally:
+        if out is not None:
+            (out / "release").touch()
+        t.join(300)
+    assert "e" not in box, box.get("e")
+
+
+LAUNCHER = """
+import sys
+from helpers import launch
+launch.launch("tests.rank_hold", [], nprocs=2, stream=False, timeout=600, out_dir=sys.argv[1])
+"""
+
+
+def test_ranks_end_within_seconds_when_their_launcher_dies(tmp_path):
+    """The launching process (a kernel, in a notebook) is killed outright: its ranks end
+    within a few seconds, instead of retrying a dead rendezvous or training on."""
+    out = tmp_path / "out"
+    out.mkdir()
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    p = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(out)], env=env, cwd=root)
+    try:
+        ranks = _wait_ready(out, 2)
+        procs = [psutil.Process(pid) for pid in ranks]
+        p.kill()
+        t0 = time.monotonic()
+        gone, alive = psutil.wait_procs(procs, timeout=30)
+        took = time.monotonic() - t0
+        assert not alive, f"ranks still running 30 s after their launcher died: {alive}"
+        print(f"ranks ended {took:.2f} s after their launcher was killed")
+        assert took < 10, f"ranks took {took:.1f} s to end after their launcher died"
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+        (out / "release").touch()

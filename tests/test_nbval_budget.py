@@ -1,5 +1,6 @@
 """The notebook budget plugin really fails: over budget, missing from the catalog, or a skip."""
 
+import os
 import textwrap
 
 import nbformat
@@ -39,6 +40,7 @@ def _importable(pytester, monkeypatch):
     from pathlib import Path
 
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[1]))
+    monkeypatch.setenv("FTG_BUDGET_LOAD", "0")  # the tests below fix the load they mean
     monkeypatch.setenv("FTG_CATALOG", "")  # registers it for restoring; _setup sets the value
 
 
@@ -47,8 +49,13 @@ def test_within_budget_passes(pytester):
     _run(pytester).assert_outcomes(passed=2)
 
 
-def test_over_budget_fails(pytester):
-    _setup(pytester, 1.5, ENTRY.format(budget=1, extra=""))
+@pytest.mark.parametrize("load", ["0", "6"], ids=["idle machine", "load 6: budget stretched"])
+def test_over_budget_fails(pytester, monkeypatch, load):
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    load = str(float(load) * cores / 2)  # the same share of other programs on any machine
+    monkeypatch.setenv("FTG_BUDGET_LOAD", load)  # the machine's real load must not decide it
+    seconds = 1.5 if load == "0.0" else 5  # over 1 s; over 1 s x (1 + (6 - 2) / 2) = 3 s
+    _setup(pytester, seconds, ENTRY.format(budget=1, extra=""))
     result = _run(pytester)
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*over its smoke budget of 1 s*"])
@@ -66,3 +73,12 @@ def test_skip_needs_and_shows_its_reason(pytester):
     result = pytester.runpytest_subprocess("--nbval-lax", "--nbval-current-env", "-p", "tests.nbval_budget",
                                            "99_tiny.ipynb", "-rs")
     result.stdout.fnmatch_lines(["*needs 8 GPUs*"])
+
+
+def test_the_budget_stretches_only_for_other_programs_load():
+    from tests.nbval_budget import allowed_seconds
+
+    assert allowed_seconds(60, 0.3, 2) == 60      # an idle machine
+    assert allowed_seconds(60, 2.0, 2) == 60      # the notebook keeps both cores busy itself
+    assert allowed_seconds(60, 4.0, 2) == 120     # another run takes half the machine
+    assert allowed_seconds(60, 7.0, 16) == 60     # a big machine with spare cores

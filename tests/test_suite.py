@@ -76,3 +76,140 @@ def test_executed_copies_carry_the_plots_even_from_a_shell_with_agg(tmp_path, mo
     (copy,) = (tmp_path / "build").rglob("99_plot.ipynb")
     outputs = nbformat.read(copy, as_version=4).cells[0].outputs
     assert any("image/png" in o.get("data", {}) for o in outputs), [o.output_type for o in outputs]
+
+
+# --- make run never loses or misrepresents results ---------------------------------------------
+
+import json  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import psutil  # noqa: E402
+
+from helpers import paths  # noqa: E402
+
+RECORD = ("from helpers import results\n"
+          "rec = results.Recorder('{0}', profile='smoke')\n"
+          "rec.measure('answer', 42.0, 'units')")
+
+
+def _notebooks(folder: Path, **cells: list[str]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, sources in cells.items():
+        nb = nbformat.v4.new_notebook()
+        nb.cells = [nbformat.v4.new_code_cell(s.format(name)) for s in sources]
+        nbformat.write(nb, folder / f"{name}.ipynb")
+    return folder
+
+
+def _suite(tmp_path: Path, source: Path, *extra: str, **popen) -> subprocess.Popen:
+    env = {**os.environ, "FTG_BUILD_DIR": str(tmp_path / "build"),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(paths.ROOT), os.environ.get("PYTHONPATH")]))}
+    env.pop("FTG_RESULTS_DIR", None)
+    return subprocess.Popen([sys.executable, "-m", "helpers.suite", "--profile", "smoke",
+                             "--source", str(source), "--timeout", "120", *extra],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            **popen)
+
+
+def _run_log(build: Path) -> dict:
+    return json.loads((build / "latest" / "run.json").read_text())
+
+
+def test_every_kind_of_failure_is_recorded_and_the_others_still_run(tmp_path):
+    """A cell error, a kernel that exits (os._exit), one killed like the OOM killer does: each
+    is failed with its reason and its partly executed copy; the rest run. (Cell timeouts: below.)"""
+    src = _notebooks(tmp_path / "nbs",
+                     **{"01_ok": [RECORD, "import torch\nwith torch.profiler.profile():\n    torch.ones(2) + 1"],
+                        "02_dies": [RECORD, "import os; os._exit(1)", "print('never')"],
+                        "03_oom": ["import os, signal; os.kill(os.getpid(), signal.SIGKILL)"],
+                        "04_error": ["raise ValueError('boom')"],
+                        "06_ok": [RECORD]})
+    p = _suite(tmp_path, src)
+    out, _ = p.communicate(timeout=600)
+    assert p.returncode == 1, out
+    build = tmp_path / "build"
+    log = _run_log(build)
+    nbs = log["notebooks"]
+    assert log["state"] == "finished" and list(nbs) == ["01_ok", "02_dies", "03_oom", "04_error", "06_ok"]
+    assert nbs["01_ok"]["status"] == nbs["06_ok"]["status"] == "ok"
+    assert "kernel died: it exited with status 1" in nbs["02_dies"]["error"]
+    assert "killed by SIGKILL" in nbs["03_oom"]["error"]
+    assert "ValueError: boom" in nbs["04_error"]["error"]
+    copy = nbformat.read(build / "latest" / "notebooks" / "02_dies.ipynb", as_version=4)
+    assert "failed" in copy.cells[0].source and copy.cells[1].outputs[0]["text"].startswith("[measured] answer")
+    md = (build / "report.md").read_text()
+    assert md == (build / "latest" / "report.md").read_text()
+    assert "finished, 5 notebook(s)" in md and "## 02_dies" in md and "## 06_ok" in md
+    assert "- 03_oom: the kernel died: killed by SIGKILL" in md
+    # the kernels' own stderr (the profiler's USDT lines, ipykernel's TCP warning) goes to a
+    # log per notebook, not into the run's output
+    assert "USDT" not in out and "without encryption" not in out, out
+    assert "without encryption" in (build / "latest" / "notebooks" / "01_ok.kernel.log").read_text()
+
+
+def test_a_cell_timeout_is_recorded_with_the_partly_executed_copy(tmp_path):
+    src = _notebooks(tmp_path / "nbs", **{"01_slow": ["print('started')", "import time; time.sleep(600)"]})
+    res = suite.execute(src / "01_slow.ipynb", tmp_path / "out", timeout=3)
+    assert res["status"] == "failed" and "cell timed out after 3 s" in res["error"]
+    copy = nbformat.read(tmp_path / "out" / "01_slow.ipynb", as_version=4)
+    assert copy.cells[1].outputs[0]["text"].strip() == "started"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["Ctrl-C", "SIGTERM"])
+def test_a_signal_stops_the_run_ends_every_process_and_reports_what_finished(sig, tmp_path):
+    marker = tmp_path / "worker.pid"
+    hang = ("import subprocess, sys, time\n"
+            "w = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True)\n"
+            f"open({str(marker)!r}, 'w').write(str(w.pid))\n"
+            "time.sleep(600)")
+    src = _notebooks(tmp_path / "nbs", **{"01_ok": [RECORD], "02_hangs": [RECORD, hang], "03_never": [RECORD]})
+    build = tmp_path / "build"
+    (build).mkdir()
+    (build / "report.md").write_text("an old report")
+    p = _suite(tmp_path, src, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not marker.exists() or not marker.read_text():
+            assert time.monotonic() < deadline and p.poll() is None, p.stdout.read()
+            time.sleep(0.2)
+        md = (build / "report.md").read_text()
+        assert "IN PROGRESS" in md and "running 02_hangs" in md, "the old report was left standing"
+        family = psutil.Process(p.pid).children(recursive=True)
+        assert int(marker.read_text()) in {c.pid for c in family}
+        if sig == signal.SIGINT:
+            os.killpg(p.pid, sig)  # a terminal's Ctrl-C goes to the whole foreground group
+        else:
+            p.send_signal(sig)
+        out, _ = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 128 + sig, out
+    gone, alive = psutil.wait_procs(family, timeout=10)
+    assert not alive, f"left running after {sig.name}: {alive}"
+    log = _run_log(build)
+    assert log["state"] == "interrupted" and log["stopped_by"] == sig.name
+    assert log["notebooks"]["01_ok"]["status"] == "ok"
+    assert log["notebooks"]["02_hangs"]["status"] == "interrupted" and log["not_run"] == ["03_never"]
+    md = (build / "report.md").read_text()
+    assert f"INTERRUPTED** by {sig.name}" in md and "not run: 03_never" in md
+    assert "## 01_ok" in md and "## 02_hangs" in md  # what finished, and what the stopped one measured
+    assert (build / "latest" / "notebooks" / "02_hangs.ipynb").exists()
+
+
+def test_two_runs_at_once_keep_their_own_results(tmp_path):
+    src = _notebooks(tmp_path / "nbs", **{"01_ok": [RECORD, "import time; time.sleep(3)"]})
+    procs = [_suite(tmp_path, src) for _ in range(2)]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    runs = sorted((tmp_path / "build" / "runs").iterdir())
+    assert len(runs) == 2
+    for run in runs:
+        assert json.loads((run / "run.json").read_text())["state"] == "finished"
+        assert json.loads((run / "results" / "01_ok.json").read_text())["measurements"][0]["value"] == 42.0
+    assert not (tmp_path / "build" / "results").exists(), "a run wrote outside its own folder"

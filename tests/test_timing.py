@@ -11,14 +11,16 @@ from helpers.timing import Timer, benchmark
 def test_benchmark_measures_a_known_sleep():
     m = benchmark(lambda: time.sleep(0.05), repeats=5, warmup=1)
     assert m.n == 5 and len(m.times) == 5
-    assert 0.045 <= m.median <= 0.09
+    assert 0.045 <= m.median
+    assert m.median < 0.5  # a loaded machine oversleeps a little, never by 10x
     assert m.min <= m.median and m.iqr >= 0
     assert m.per_second(10) == pytest.approx(10 / m.median)
 
 
 def test_benchmark_number_gives_per_call_time():
-    m = benchmark(lambda: time.sleep(0.01), repeats=3, warmup=0, number=4)
-    assert 0.009 <= m.median <= 0.03
+    m = benchmark(lambda: time.sleep(0.01), repeats=3, warmup=0, number=10)
+    # per call (>= 0.01 s), not per block of 10 calls (>= 0.1 s), however loaded the machine
+    assert 0.009 <= m.median < 0.05
 
 
 class _FakeAsyncDevice:

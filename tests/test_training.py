@@ -130,7 +130,7 @@ def test_resolve_precision_plans():
         ({"num_epochs": 0}, "num_epochs must be an int >= 1"),
         ({"log_every": -1}, "log_every must be an int >= 0"),
         ({"steps_per_epoch": 0}, "steps_per_epoch must be an int >= 1"),
-        ({"lr": 0}, "lr must be a positive number"),
+        ({"lr": 0}, "lr must be a positive finite number"),
         ({"scheduler_interval": "batch"}, "scheduler_interval must be one of epoch, step"),
         ({"device": "tpu"}, "device must be"),
         ({"compile_model": "yes"}, "compile_model must be"),

@@ -10,18 +10,23 @@ import pytest
 from helpers import worker_memory as wm
 
 
-def _hold(mb: int, seconds: float) -> None:
+def _hold(mb: int, ready, release) -> None:
     block = bytearray(mb * 2**20)  # touched, so it is resident and unique to this process
     for i in range(0, len(block), 4096):
         block[i] = 1
-    time.sleep(seconds)
+    ready.set()
+    release.wait(60)
 
 
 def test_sampler_sees_a_child_and_its_memory():
-    p = mp.get_context("fork").Process(target=_hold, args=(64, 1.0))
+    ctx = mp.get_context("fork")
+    ready, release = ctx.Event(), ctx.Event()
+    p = ctx.Process(target=_hold, args=(64, ready, release))
     with wm.WorkerMemorySampler(interval=0.05) as mem:
         p.start()
-        time.sleep(0.8)
+        assert ready.wait(60), "the child did not touch its memory within 60 s"
+        time.sleep(0.5)  # several samples while the child holds its memory, however slow the machine
+        release.set()
     p.join()
     s = mem.summary()
     assert s["workers"] == 1
