@@ -55,22 +55,25 @@ def accumulate_step(net: DDP, opt: torch.optim.Optimizer, micro: list[tuple[torc
     """One optimizer step over `len(micro)` micro-batches. With `use_no_sync`, gradients are only
     accumulated locally until the last micro-batch, whose backward all-reduces the sum once."""
     opt.zero_grad(set_to_none=True)
-    total = torch.zeros(())
+    losses = []
     for i, (x, y) in enumerate(micro):
         last = i == len(micro) - 1
         ctx = net.no_sync() if use_no_sync and not last else contextlib.nullcontext()
         with ctx:
             loss = nn.functional.cross_entropy(net(x), y) / len(micro)
             loss.backward()
-        total += loss.detach()
+        losses.append(loss.detach())
     opt.step()
-    return total
+    return torch.stack(losses).sum()
 
 
 def _micro_batches(world: int, rank: int, steps: int, accum: int, batch: int,
-                   in_features: int, seed: int) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
-    """This rank's micro-batches: step s, micro-batch m gets a disjoint slice of one data set."""
+                   in_features: int, seed: int,
+                   device: torch.device) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
+    """This rank's micro-batches, on its device: step s, micro-batch m gets a disjoint slice of
+    one data set (so the runs compared below see exactly the same samples)."""
     x, y = make_dataset(steps * accum * batch * world, in_features=in_features, seed=seed).tensors
+    x, y = x.to(device), y.to(device)
     out = []
     for s in range(steps):
         step = []
@@ -82,7 +85,7 @@ def _micro_batches(world: int, rank: int, steps: int, accum: int, batch: int,
 
 
 def _no_sync(a: argparse.Namespace, rank: int, world: int, device: torch.device) -> dict[str, Any]:
-    data = _micro_batches(world, rank, a.steps, a.accum, a.batch, a.in_features, a.seed)
+    data = _micro_batches(world, rank, a.steps, a.accum, a.batch, a.in_features, a.seed, device)
     out: dict[str, Any] = {}
     for use_no_sync in (False, True):
         torch.manual_seed(a.seed)
@@ -132,7 +135,7 @@ def _full_params(model: nn.Module) -> list[list[float]]:
 def _shard(a: argparse.Namespace, rank: int, world: int, device: torch.device) -> dict[str, Any]:
     from torch.distributed.optim import ZeroRedundancyOptimizer
 
-    data = _micro_batches(world, rank, a.steps, 1, a.batch, a.in_features, a.seed)
+    data = _micro_batches(world, rank, a.steps, 1, a.batch, a.in_features, a.seed, device)
     torch.manual_seed(a.seed)
     base = build_model("mlp", in_features=a.in_features, hidden=a.hidden, depth=a.depth).to(device)
     out: dict[str, Any] = {}
