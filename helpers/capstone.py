@@ -361,13 +361,16 @@ def fp32_switches(recipe: Recipe) -> Iterator[None]:
     """The recipe's global cuDNN/TF32 switches for the duration of its training, then restored
     (they are process-wide: left on, they would leak into every later bar and test)."""
     saved = (torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision())
+    precision = "high" if recipe.tf32 else "highest"
     try:
         torch.backends.cudnn.benchmark = recipe.cudnn_benchmark
-        torch.set_float32_matmul_precision("high" if recipe.tf32 else "highest")
+        if saved[1] != precision:  # touch the matmul backends only when the setting changes
+            torch.set_float32_matmul_precision(precision)
         yield
     finally:
         torch.backends.cudnn.benchmark = saved[0]
-        torch.set_float32_matmul_precision(saved[1])
+        if torch.get_float32_matmul_precision() != saved[1]:
+            torch.set_float32_matmul_precision(saved[1])
 
 
 def measure(recipe: Recipe, d: CapstoneData, *, device: torch.device | str, width: int = 64,

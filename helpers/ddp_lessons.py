@@ -11,6 +11,7 @@ Launched like `helpers.ddp_train` (`helpers.launch.launch("helpers.ddp_lessons",
                        DDP + ZeroRedundancyOptimizer (optimizer state sharded) and FSDP2
                        `fully_shard` (parameters, gradients and optimizer state sharded). Each rank
                        counts the bytes of the tensors it really holds; the final weights must match.
+    --lesson both    : both, one after the other, in one launch (the processes start once).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from .ddp_train import build_model, make_dataset
 from .devices import synchronize
 from .launch import exit_rank, run_rank
 
-LESSONS = ("no_sync", "shard")
+LESSONS = ("no_sync", "shard", "both")
 
 
 def counting_allreduce_hook(counter: dict[str, int]) -> Any:
@@ -232,7 +233,11 @@ def main(argv: list[str] | None = None) -> int:
         else:
             device = torch.device("cpu")
         dist.init_process_group(backend, timeout=timedelta(seconds=a.init_timeout))
-        res = _no_sync(a, rank, world, device) if a.lesson == "no_sync" else _shard(a, rank, world, device)
+        res: dict[str, Any] = {}
+        if a.lesson in ("no_sync", "both"):
+            res.update(_no_sync(a, rank, world, device))
+        if a.lesson in ("shard", "both"):  # "both": one start-up of the processes for two lessons
+            res.update(_shard(a, rank, world, device))
         res.update(rank=rank, world=world, backend=backend, lesson=a.lesson)
         if out:
             out.mkdir(parents=True, exist_ok=True)
