@@ -68,7 +68,8 @@ def table(rows: list[dict]) -> str:
         lines.append("| " + " | ".join([
             r["step"], "yes" if r["kept"] else "no", f(r["seconds_per_epoch"], ".3f"),
             f(r["samples_per_s"], ".0f"), f(r["ratio"], ".2f"), f(r["busy_pct"], ".0f"),
-            f(r["peak_pct"], ".1f"), r["note"]]) + " |")
+            f(r["peak_pct"], ".1f") + (f" of {r['peak_precision']}" if r["peak_pct"] is not None else ""),
+            r["note"]]) + " |")
     return "\n".join(lines)
 
 
@@ -103,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             "ratio": ref_s / r.seconds_per_epoch if r.seconds_per_epoch else None,
             "busy_pct": 100 * r.busy_fraction if r.busy_fraction is not None else None,
             "peak_pct": 100 * frac if frac is not None else None,
+            "peak_precision": prec,  # which dense peak peak_pct is a fraction of
             "note": r.skipped or r.note,
         })
     fast = capstone.fast_recipe(wf)
@@ -142,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
                 rec.measure(f"bench: {row['step']} s/epoch", row["seconds_per_epoch"], "s",
                             ratio=row["ratio"], note="x reference", quiet=True,
                             kept=row["kept"], busy_pct=row["busy_pct"], peak_pct=row["peak_pct"],
+                            peak_precision=row["peak_precision"],
                             samples_per_s=row["samples_per_s"])
         if ref_acc is not None:
             rec.measure("bench: reference test accuracy", ref_acc, "", quiet=True)

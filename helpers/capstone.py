@@ -19,6 +19,7 @@ Shared by notebook 12 and `python -m benchmarks.capstone` so both measure the sa
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from collections.abc import Iterator
@@ -169,6 +170,8 @@ class Recipe:
     channels_last: bool = False
     compile: dict[str, Any] | None = None
     fused: bool = False
+    cudnn_benchmark: bool = False   # cuDNN times the convolution algorithms once per shape
+    tf32: bool = False              # fp32 matmuls on TF32 tensor cores (convs use TF32 already)
     init: str = "d2l"               # "d2l": N(0, 0.01) | "default": PyTorch's init
     lr_schedule: str = "constant"   # "constant" (the book) | "linear-decay" (to 0 over the run)
     note: str = ""
@@ -204,6 +207,8 @@ def waterfall_changes(*, batch_size: int = 256, lr: float = 0.1, big_batch: int 
         ("uint8 in memory", dict(data="memory"), "whole data set as one uint8 tensor; no workers, no per-sample ToTensor"),
         ("on the device", dict(data="device"), "data resident on the device, shuffled and sliced there"),
         ("larger batch", dict(batch_size=big_batch, lr=scaled_lr), f"batch {big_batch}, lr scaled linearly to {scaled_lr:g}"),
+        ("cudnn.benchmark", dict(cudnn_benchmark=True), "cuDNN tries each convolution's algorithms once and keeps the fastest"),
+        ("TF32 matmuls", dict(tf32=True), "fp32 matrix multiplies on TF32 tensor cores (convolutions use TF32 by default)"),
         ("bf16 autocast", dict(precision="bf16"), "matmuls and convolutions in bfloat16"),
         ("channels_last", dict(channels_last=True), "NHWC memory format for convolutions"),
         ("torch.compile", dict(compile={}), "fused kernels (Inductor, default mode)"),
@@ -229,6 +234,8 @@ def run_waterfall(d: CapstoneData, *, device: torch.device | str, width: int = 6
     skip = dict(skip or {})
     if dev.type != "cuda":
         skip.setdefault("+ CUDA graphs", "needs a CUDA GPU")
+        skip.setdefault("cudnn.benchmark", "cuDNN is NVIDIA's GPU library: no effect on this device")
+        skip.setdefault("TF32 matmuls", "TF32 is an NVIDIA tensor-core format: no effect on this device")
     ref, changes = waterfall_changes(batch_size=batch_size, lr=lr, big_batch=big_batch, device=dev)
     kw = dict(device=dev, width=width, epochs=epochs, max_batches=max_batches,
               busy_batches=busy_batches, num_workers=num_workers)
@@ -342,11 +349,29 @@ def _fast_train(net: nn.Module, recipe: Recipe, d: CapstoneData, device: torch.d
 
         def scheduler(opt: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler:
             return torch.optim.lr_scheduler.LinearLR(opt, 1.0, 0.0, total_iters=total)
-    return training.train(net, batches, num_epochs=num_epochs, lr=recipe.lr, device=device,
-                          precision=recipe.precision, channels_last=recipe.channels_last,
-                          compile_model=recipe.compile or False, fused=recipe.fused,
-                          scheduler=scheduler, scheduler_interval="step",
-                          steps_per_epoch=max_batches, test_iter=test_iter, progress=False)
+    with fp32_switches(recipe):
+        return training.train(net, batches, num_epochs=num_epochs, lr=recipe.lr, device=device,
+                              precision=recipe.precision, channels_last=recipe.channels_last,
+                              compile_model=recipe.compile or False, fused=recipe.fused,
+                              scheduler=scheduler, scheduler_interval="step",
+                              steps_per_epoch=max_batches, test_iter=test_iter, progress=False)
+
+
+@contextlib.contextmanager
+def fp32_switches(recipe: Recipe) -> Iterator[None]:
+    """The recipe's global cuDNN/TF32 switches for the duration of its training, then restored
+    (they are process-wide: left on, they would leak into every later bar and test)."""
+    saved = (torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision())
+    precision = "high" if recipe.tf32 else "highest"
+    try:
+        torch.backends.cudnn.benchmark = recipe.cudnn_benchmark
+        if saved[1] != precision:  # touch the matmul backends only when the setting changes
+            torch.set_float32_matmul_precision(precision)
+        yield
+    finally:
+        torch.backends.cudnn.benchmark = saved[0]
+        if torch.get_float32_matmul_precision() != saved[1]:
+            torch.set_float32_matmul_precision(saved[1])
 
 
 def measure(recipe: Recipe, d: CapstoneData, *, device: torch.device | str, width: int = 64,

@@ -21,6 +21,9 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 
 def tensor_bytes(t: torch.Tensor) -> int:
@@ -108,3 +111,55 @@ def step_memory(net: nn.Module, X: torch.Tensor, y: torch.Tensor,
             + tensor_bytes(y) + activations)
     return {"peak_bytes": int(peak), "activation_bytes": int(activations),
             "method": "cpu count: model + grads + optimizer state + batch + saved activations"}
+
+
+class PeakTensorBytes(TorchDispatchMode):
+    """Peak bytes of the tensors created inside the `with` block that were alive at the same time.
+
+    A CPU has no `torch.cuda.max_memory_allocated`, and the process's resident size mixes in the
+    allocator's caching. This dispatch mode sees every operator's outputs (forward, backward and
+    any recomputation), keeps a weak reference to each new storage, and after each operator adds
+    up the storages still alive. Tensors that existed before the block (weights, the batch) are
+    not counted: the figure is what the step itself allocates - activations, gradients and
+    temporaries.
+
+        with PeakTensorBytes() as m:
+            loss_fn(net(X), y).backward()
+        m.peak   # bytes
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._live: dict[int, tuple[StorageWeakRef, int]] = {}
+        self.peak = 0
+        self.current = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 - torch's protocol
+        out = func(*args, **(kwargs or {}))
+        # forget freed storages first: a new storage may reuse a freed one's address
+        for key in [k for k, (ref, _) in self._live.items() if ref.expired()]:
+            del self._live[key]
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                storage = t.untyped_storage()
+                ref = StorageWeakRef(storage)
+                self._live.setdefault(ref.cdata, (ref, storage.nbytes()))
+        self.current = sum(n for _, n in self._live.values())
+        self.peak = max(self.peak, self.current)
+        return out
+
+
+def peak_step_bytes(step: Callable[[], object], device: str | torch.device) -> tuple[int, str]:
+    """Peak memory that `step()` allocates on top of what already exists, and how it was measured:
+    the CUDA allocator's peak on a GPU, `PeakTensorBytes` elsewhere."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+        before = torch.cuda.memory_allocated(dev)
+        torch.cuda.reset_peak_memory_stats(dev)
+        step()
+        torch.cuda.synchronize(dev)
+        return int(torch.cuda.max_memory_allocated(dev) - before), "cuda max_memory_allocated"
+    with PeakTensorBytes() as m:
+        step()
+    return m.peak, "peak bytes of live tensors (dispatch-mode count)"

@@ -61,9 +61,10 @@ def test_reference_and_fast_recipe_run_and_fast_keeps_winners(tiny):
                                 epochs=1, max_batches=2, busy_batches=1, num_workers=0,
                                 skip={"torch.compile": "not in tests"}, progress=False)
     names = [r.name for _, r, _ in wf]
-    assert names[0] == "reference (d2l)" and len(wf) == 9
-    graphs = [r for _, r, _ in wf if r.name == "+ CUDA graphs"][0]
-    assert graphs.seconds_per_epoch is None and "GPU" in graphs.skipped
+    assert names[0] == "reference (d2l)" and len(wf) == 11
+    for gpu_only in ("+ CUDA graphs", "cudnn.benchmark", "TF32 matmuls"):
+        step = [r for _, r, _ in wf if r.name == gpu_only][0]
+        assert step.seconds_per_epoch is None and ("GPU" in step.skipped or "NVIDIA" in step.skipped)
     assert wf[0][2] is True
     for _, r, _ in wf:
         if r.seconds_per_epoch is not None:
@@ -150,3 +151,14 @@ def test_epoch_batches_drop_last_gives_one_shape(tiny):
                               device=torch.device("cpu"), drop_last=True)
     shapes = {x.shape[0] for x, _ in b}
     assert shapes == {40} and len(b) == 2
+
+
+def test_fp32_switches_are_set_for_the_recipe_and_restored():
+    ref, _ = capstone.waterfall_changes()
+    before = (torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision())
+    with capstone.fp32_switches(ref.but("both", cudnn_benchmark=True, tf32=True)):
+        assert torch.backends.cudnn.benchmark and torch.get_float32_matmul_precision() == "high"
+    assert (torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision()) == before
+    with pytest.raises(RuntimeError), capstone.fp32_switches(ref.but("tf32", tf32=True)):
+        raise RuntimeError("a failing bar")
+    assert (torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision()) == before
