@@ -247,7 +247,7 @@ CASES = [
     case(results.Recorder, TypeError, r"profile must be a Profile, a profile name .* got ''", "x", profile=""),
     case(recorder("verdict"), ValueError, r"unknown claim 'L99'; valid ids are L1 ... L23", "L99", "holds", figure="1x"),
     case(recorder("verdict"), ValueError, r"unknown claim 3", 3, "holds", figure="1x"),
-    case(recorder("verdict"), ValueError, r"must start with one of holds, holds only when, does not hold here, needs a GPU, needs >=2 GPUs, needs the real data set; got 'true'", "L1", "true", figure="1x"),
+    case(recorder("verdict"), ValueError, r"must start with one of holds, holds only when, does not hold here, advice, needs a GPU, needs >=2 GPUs, needs the real data set, needs a run on other hardware; got 'true'", "L1", "true", figure="1x"),
     case(recorder("verdict"), ValueError, r"must start with one of holds, .*; got 5", "L1", 5, figure="1x"),
     case(recorder("verdict"), ValueError, r"figure must be the measured figure behind it", "L1", "holds", figure=""),
     case(recorder("measure"), ValueError, r"value for 'a' is NaN", "a", float("nan"), "s"),
@@ -262,6 +262,7 @@ CASES = [
     # --- report ----------------------------------------------------------------------------
     case(report.build, TypeError, r"results must be a list of result dicts, as results.load_all\(\) returns", 5),
     case(report.build, TypeError, r"results must be a list of result dicts", [{"no": "notebook"}]),
+    case(report.render_notebooks, FileNotFoundError, r"notebooks_dir .*nope is not a folder of executed notebooks", "/nonexistent/nope"),
     case(report.write, FileNotFoundError, r"build_dir .*does-not-exist does not exist; run the notebooks first", "/nonexistent/does-not-exist"),
     # --- data_wait -------------------------------------------------------------------------
     case(data_wait.DataWaitMeter, ValueError, r"sync_every must be an int >= 1, got 0", [], sync_every=0),
@@ -352,6 +353,7 @@ def test_the_sweep_covers_every_public_helper():
     # Functions with no argument that can be wrong, or whose inputs are checked elsewhere.
     no_bad_input = {"devices.cpu", "devices.num_gpus", "devices.try_all_gpus",
                     "devices.hardware_summary", "results.load_all", "report.to_markdown",
+                    "report.measurements_frame",
                     "report.to_html", "timing.Measurement", "models.F", "models.nn",
                     "plotting.plt", "data.Dataset", "data.urlparse", "catalog.main"}
     covered = {f"{c.fn.__module__.split('.')[-1]}.{c.fn.__qualname__.split('.')[0]}"
