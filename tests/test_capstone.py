@@ -150,3 +150,18 @@ def test_epoch_batches_drop_last_gives_one_shape(tiny):
                               device=torch.device("cpu"), drop_last=True)
     shapes = {x.shape[0] for x, _ in b}
     assert shapes == {40} and len(b) == 2
+
+
+def test_reference_runs_on_one_device_unless_asked(tiny, monkeypatch):
+    """Equal work: the reference uses one device like every fast recipe; n_devices > 1 is the
+    book's DataParallel run and needs that many GPUs."""
+    out = capstone.train_reference(capstone.build_net(2), tiny.train_ds, None, batch_size=16,
+                                   num_workers=0, max_batches=1)
+    assert not isinstance(out["net"], torch.nn.DataParallel)
+    for bad in (0, True, 1.5):
+        with pytest.raises(ValueError, match="n_devices must be an int >= 1"):
+            capstone.train_reference(capstone.build_net(2), tiny.train_ds, None, n_devices=bad)
+    monkeypatch.setattr(capstone.devices, "try_all_gpus", lambda: [torch.device("cpu")])
+    monkeypatch.setattr(capstone.devices, "num_gpus", lambda: 0)
+    with pytest.raises(ValueError, match="n_devices=2 but this machine has 0 GPU"):
+        capstone.train_reference(capstone.build_net(2), tiny.train_ds, None, n_devices=2)
