@@ -27,7 +27,7 @@ NOT_RUN = "not run"
 # colours by verdict kind (background of the verdict cell)
 COLOURS = {"holds": "#c8e6c9", "holds only when": "#fff3c4", "does not hold here": "#f8c8c8",
            "advice": "#cfe3f7", NOT_RUN: "#eeeeee"}
-NEEDS_COLOUR = "#e0e0e0"
+NEEDS_COLOUR = "#e4daf2"
 DECIDED = ("holds", "holds only when", "does not hold here", "advice")
 
 
@@ -207,6 +207,7 @@ def _img(path: Path, alt: str) -> str:
 
 
 def _ledger_html(rep: dict[str, Any]) -> str:
+    with_refs = any(c["reference"] for c in rep["ledger"])
     rows = []
     for c in rep["ledger"]:
         cells = []
@@ -218,12 +219,12 @@ def _ledger_html(rep: dict[str, Any]) -> str:
         ref_txt = (f"{html.escape(ref['verdict'])}: {html.escape(ref['figure'])} ({html.escape(ref['run'])})"
                    if ref else "")
         flag = "<div class='disagree'>notebooks disagree</div>" if c["disagree"] else ""
-        rows.append(f"<tr><td><b>{c['claim']}</b></td><td>{html.escape(c['text'])}{flag}</td>"
-                    f"<td>{''.join(cells)}</td>"
-                    f"<td class='rule'>{html.escape(c['compares'])}<br><i>threshold:</i> {html.escape(c['rule'])}</td>"
-                    f"<td>{ref_txt}</td></tr>")
+        rule = (f"<details><summary>rule</summary><div class='rule'>compares {html.escape(c['compares'])}; "
+                f"<i>threshold:</i> {html.escape(c['rule'])}</div></details>")
+        rows.append(f"<tr><td><b>{c['claim']}</b></td><td>{html.escape(c['text'])}{flag}{rule}</td>"
+                    f"<td>{''.join(cells)}</td>" + (f"<td>{ref_txt}</td>" if with_refs else "") + "</tr>")
     return ("<table class='ledger'><tr><th>claim</th><th>the claim</th><th>verdict per notebook (this machine)</th>"
-            "<th>rule</th><th>reference (GPU)</th></tr>" + "".join(rows) + "</table>")
+            + ("<th>reference (GPU)</th>" if with_refs else "") + "</tr>" + "".join(rows) + "</table>")
 
 
 def to_html(rep: dict[str, Any], results_dir: Path, report_dir: Path | None = None) -> str:
@@ -275,8 +276,8 @@ def to_html(rep: dict[str, Any], results_dir: Path, report_dir: Path | None = No
     style = ("body{font-family:sans-serif;max-width:1200px;margin:2em auto;color:#222;padding:0 1em}"
              "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;"
              "font-size:90%;vertical-align:top;text-align:left}th{background:#eee}"
-             ".ledger td:first-child{white-space:nowrap}.v{padding:2px 4px;margin:2px 0;border-radius:3px}"
-             ".fig{font-size:85%;color:#444}.rule{font-size:80%;color:#555;max-width:260px}"
+             ".ledger td:first-child{white-space:nowrap}.ledger td:nth-child(2){width:38%}.v{padding:2px 4px;margin:2px 0;border-radius:3px}"
+             ".fig{font-size:85%;color:#444}.rule{font-size:80%;color:#555}summary{font-size:80%;color:#555;cursor:pointer}"
              ".disagree{color:#b00020;font-weight:bold;font-size:85%}"
              ".counts span{padding:3px 8px;margin-right:6px;border-radius:3px;display:inline-block}"
              ".syn{color:#b00020}img{max-width:560px;margin:4px}")
