@@ -232,9 +232,9 @@ def _train(a: argparse.Namespace, rank: int, world: int, local_rank: int,
             step += 1
         log(f"epoch {epoch}: loss {float(losses[-1]):.4f} ({step} steps)", flush=True)
     synchronize(device)
-    loss_values = [float(v) for v in losses]
     timed = step - a.warmup
     elapsed = time.perf_counter() - t_start if t_start is not None and timed > 0 else float("nan")
+    loss_values = [float(v) for v in losses]  # read after the timed loop
 
     if a.checkpoint and rank == 0 and out:  # one writer: rank 0, the unwrapped module
         torch.save({"model": net.module.state_dict(), "step": step}, out / "checkpoint.pt")
