@@ -123,3 +123,14 @@ def test_judge_names_the_quantities_on_bad_input():
         judge("L16", wrong=1)
     with pytest.raises(ValueError, match="unknown claim 'L99'"):
         judge("L99")
+
+
+def test_the_catalog_and_the_ledger_name_the_same_notebooks_per_claim():
+    from helpers import catalog
+
+    by_catalog: dict[str, set[str]] = {}
+    for nb in catalog.load():
+        for cid in nb.get("claims", []):
+            by_catalog.setdefault(cid, set()).add(nb["file"][:2])
+    for cid, (_, where) in claims.CLAIMS.items():
+        assert by_catalog.get(cid) == {w.strip() for w in where.split(",")}, cid
