@@ -112,7 +112,8 @@ def measurements_frame(r: dict[str, Any], ref_idx: dict) -> pd.DataFrame:
                      "ratio": f"{m['ratio']:.2f}x" if m.get("ratio") is not None else "",
                      "note": m.get("note", ""),
                      "reference (GPU)": f"{_fmt(ref[1]['value'])} {ref[1]['unit']} ({ref[0]})" if ref else ""})
-    return pd.DataFrame(rows, columns=["measurement", "value", "unit", "ratio", "note", "reference (GPU)"])
+    df = pd.DataFrame(rows, columns=["measurement", "value", "unit", "ratio", "note", "reference (GPU)"])
+    return df if ref_idx else df.drop(columns="reference (GPU)")
 
 
 def _verdict_text(e: dict[str, Any]) -> str:
