@@ -23,7 +23,7 @@ from . import paths
 from .claims import CLAIMS, RULES, VERDICT_KINDS, kind_of
 from .results import load_all
 
-NOT_RUN = "not run"
+NOT_RUN = "no verdict recorded"
 # colours by verdict kind (background of the verdict cell)
 COLOURS = {"holds": "#c8e6c9", "holds only when": "#fff3c4", "does not hold here": "#f8c8c8",
            "advice": "#cfe3f7", NOT_RUN: "#eeeeee"}
