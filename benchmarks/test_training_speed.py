@@ -60,7 +60,7 @@ def test_logging_every_step_is_not_faster_than_every_50():
 @needs_gpu
 @pytest.mark.gpu
 def test_bf16_channels_last_reaches_2_5x_fp32_on_resnet18_cifar_shape():
-    """The issue's performance target: d2l ResNet-18, CIFAR-10-shaped input, >= 2.5x fp32 samples/s."""
+    """The performance bar: d2l ResNet-18, CIFAR-10-shaped input, >= 2.5x fp32 samples/s."""
     torch.backends.cudnn.benchmark = True
     net = models.resnet18(num_classes=10, in_channels=3, width=64)
     batches = [(torch.randn(256, 3, 32, 32, device="cuda"), torch.randint(0, 10, (256,), device="cuda"))

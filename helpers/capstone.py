@@ -3,8 +3,8 @@
 Shared by notebook 12 and `python -m benchmarks.capstone` so both measure the same code.
 
 - `train_reference`: the training loop as Dive into Deep Learning writes it (torchvision
-  `ToTensor`, a `DataLoader` with d2l's 4 workers, fp32, `nn.DataParallel` over the devices
-  found, plain SGD, weights initialised N(0, 0.01)).
+  `ToTensor`, a `DataLoader` with d2l's 4 workers, fp32, plain SGD, weights initialised
+  N(0, 0.01)) on one device, like every fast recipe (`n_devices=2`: the book's `nn.DataParallel`).
 - `waterfall_changes`: the cumulative changes, each a `Recipe` run by `helpers.training.train`:
   uint8 data in memory -> data resident on the device -> larger batch with scaled lr -> bf16
   autocast -> channels_last -> torch.compile -> CUDA graphs -> fused optimizer.
@@ -118,15 +118,22 @@ def evaluate_accuracy(net: nn.Module, data_iter: Any, device: torch.device) -> f
 def train_reference(net: nn.Module, train_ds: Dataset, test_ds: Dataset | None, *,
                     batch_size: int = 256, lr: float = 0.1, num_epochs: int = 1,
                     num_workers: int = D2L_WORKERS, max_batches: int | None = None,
-                    seed: int = 0) -> dict[str, Any]:
+                    seed: int = 0, n_devices: int = 1) -> dict[str, Any]:
     """The book's loop (d2l 'Concise Implementation for Multiple GPUs'), timed per epoch the
     way the book times it, plus a device sync. `max_batches` cuts epochs short (smoke runs).
     With `test_ds`, test accuracy is evaluated after every epoch, outside the timer, as the book
-    does for its plot; `test_accuracy` is the last one."""
+    does for its plot; `test_accuracy` is the last one. One device by default, so that it is
+    compared with the fast recipes on equal terms; `n_devices` > 1 wraps the book's
+    `nn.DataParallel` over that many GPUs (claim L23's two-GPU run)."""
+    if not isinstance(n_devices, int) or isinstance(n_devices, bool) or n_devices < 1:
+        raise ValueError(f"train_reference: n_devices must be an int >= 1, got {n_devices!r}")
+    devs = devices.try_all_gpus()[:n_devices]
+    if len(devs) < n_devices or (n_devices > 1 and devs[0].type != "cuda"):
+        raise ValueError(f"train_reference: n_devices={n_devices} but this machine has "
+                         f"{devices.num_gpus()} GPU(s)")
     torch.manual_seed(seed)
     train_iter = DataLoader(train_ds, batch_size, shuffle=True, num_workers=num_workers)
-    devs = devices.try_all_gpus()
-    net = nn.DataParallel(net, device_ids=devs) if devs[0].type == "cuda" else net
+    net = nn.DataParallel(net, device_ids=devs) if len(devs) > 1 else net
     net.to(devs[0])
     trainer = torch.optim.SGD(net.parameters(), lr)
     loss = nn.CrossEntropyLoss()

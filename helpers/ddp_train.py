@@ -211,7 +211,7 @@ def _train(a: argparse.Namespace, rank: int, world: int, local_rank: int,
                       seed=a.seed)
     loader, sampler = make_loader(ds, batch=a.batch, world=world, rank=rank, seed=a.seed)
 
-    losses: list[float] = []
+    losses: list[torch.Tensor] = []
     step_times: list[float] = []
     step = 0
     t_start = None
@@ -226,14 +226,15 @@ def _train(a: argparse.Namespace, rank: int, world: int, local_rank: int,
             t0 = time.perf_counter()
             loss = train_step(net, opt, x.to(device, non_blocking=True),
                               y.to(device, non_blocking=True))
-            losses.append(float(loss))
-            synchronize(device)
+            losses.append(loss)  # a tensor: float() here would add a host sync per step (notebook 05)
+            synchronize(device)  # the one sync per step, for its timing (the DataParallel run does the same)
             step_times.append(time.perf_counter() - t0)
             step += 1
-        log(f"epoch {epoch}: loss {losses[-1]:.4f} ({step} steps)", flush=True)
+        log(f"epoch {epoch}: loss {float(losses[-1]):.4f} ({step} steps)", flush=True)
     synchronize(device)
     timed = step - a.warmup
     elapsed = time.perf_counter() - t_start if t_start is not None and timed > 0 else float("nan")
+    loss_values = [float(v) for v in losses]  # read after the timed loop
 
     if a.checkpoint and rank == 0 and out:  # one writer: rank 0, the unwrapped module
         torch.save({"model": net.module.state_dict(), "step": step}, out / "checkpoint.pt")
@@ -243,7 +244,7 @@ def _train(a: argparse.Namespace, rank: int, world: int, local_rank: int,
         "rank": rank, "world": world, "backend": backend, "device": str(device),
         "threads": a.threads, "batch": a.batch, "steps": step, "timed_steps": timed,
         "seconds": elapsed, "samples_per_s": a.batch * timed / elapsed if timed > 0 else None,
-        "losses": losses, "step_times": step_times, "checksum": checksum(net.module),
+        "losses": loss_values, "step_times": step_times, "checksum": checksum(net.module),
         "bn_running_mean": bn[0].running_mean[:8].tolist() if bn else None,
         "pid": os.getpid(),
     }

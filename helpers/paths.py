@@ -77,7 +77,7 @@ def write_atomic(path: Path, data: str | bytes) -> None:
         if isinstance(data, bytes):
             tmp.write_bytes(data)
         else:
-            tmp.write_text(data)
+            tmp.write_text(data, encoding="utf-8")
         tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)

@@ -3,7 +3,7 @@
     rec = Recorder("01_data_loading", profile=P)
     rec.measure("batch bytes, float32", 12.5, "MB")
     rec.measure("batch bytes, uint8", 3.1, "MB", ratio=4.0, note="float32 / uint8")
-    rec.verdict("L3", "holds", figure="4.0x less memory per batch")
+    rec.judge("L3", figure="4.0x less memory per batch", mem_ratio=4.0, copy_gain=2.5)
     rec.figure(fig, "batch_memory")
 
 Every call rewrites `build/results/<notebook>.json` at once, so a notebook stopped half-way
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from . import paths
-from .claims import CLAIMS, VERDICT_KINDS
+from .claims import CLAIMS, RULES, VERDICT_KINDS, judge
 from .devices import hardware_summary
 from .profiles import PROFILES, Profile
 
@@ -90,20 +90,33 @@ class Recorder:
             print(f"[measured] {name}: {value:.4g} {unit}{r}")
         return value
 
-    def verdict(self, claim: str, verdict: str, *, figure: str, detail: str = "") -> None:
-        """Record the verdict on a ledger claim (`L1` ... `L23`) with the figure behind it."""
+    def judge(self, claim: str, *, figure: str, detail: str = "", **measured: Any) -> str:
+        """Compute the verdict on `claim` with its rule (`helpers.claims`) from the measured
+        quantities the rule names, record it with the figure behind it, and return it."""
+        verdict = judge(claim, **measured)
+        self.verdict(claim, verdict, figure=figure, detail=detail, measured=measured)
+        return verdict
+
+    def verdict(self, claim: str, verdict: str, *, figure: str, detail: str = "",
+                measured: dict[str, Any] | None = None) -> None:
+        """Record the verdict on a ledger claim (`L1` ... `L23`) with the figure behind it
+        (`judge` computes it; this only checks it is one the claim's rule can give)."""
         if not isinstance(claim, str) or claim not in CLAIMS:
             raise ValueError(f"verdict: unknown claim {claim!r}; valid ids are L1 ... L{len(CLAIMS)}")
         if not isinstance(verdict, str) or not any(verdict.startswith(k) for k in VERDICT_KINDS):
             raise ValueError(
                 f"verdict for {claim}: must start with one of {', '.join(VERDICT_KINDS)}; got {verdict!r}"
             )
+        if verdict not in RULES[claim].verdicts:
+            raise ValueError(f"verdict for {claim}: {verdict!r} is not one that its rule can give "
+                             f"({'; '.join(RULES[claim].verdicts)}); use judge() to compute it")
         if not isinstance(figure, str) or not figure:
             raise ValueError(f"verdict for {claim}: figure must be the measured figure behind it "
                              f"(a non-empty string), got {figure!r}")
         synthetic = any(s["synthetic"] for s in self.data["data_sources"].values())
         entry = {"claim": claim, "verdict": verdict, "figure": figure, "detail": detail,
-                 "synthetic_data": synthetic}
+                 "synthetic_data": synthetic, "rule": RULES[claim].threshold,
+                 "measured": measured or {}}
         self.data["verdicts"] = [v for v in self.data["verdicts"] if v["claim"] != claim]
         self.data["verdicts"].append(entry)
         self.save()

@@ -200,12 +200,11 @@ def _prune_runs(keep: int = KEEP_RUNS) -> None:
 
 
 def _publish(run: Path, log: dict) -> Path:
-    """Write run.json and the run's report, then copy the report to build/report.{md,html}."""
+    """Write run.json and the run's report, and the same report as build/report.{md,html}
+    (written there, not copied: its links are relative to the folder it is in)."""
     paths.write_atomic(run / "run.json", json.dumps(log, indent=1))
     html_path = report.write(run)
-    build = paths.build_dir()
-    for name in ("report.md", "report.html"):
-        paths.write_atomic(build / name, (run / name).read_bytes())
+    report.write(run, out_dir=paths.build_dir())
     return html_path
 
 

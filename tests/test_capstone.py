@@ -162,3 +162,18 @@ def test_fp32_switches_are_set_for_the_recipe_and_restored():
     with pytest.raises(RuntimeError), capstone.fp32_switches(ref.but("tf32", tf32=True)):
         raise RuntimeError("a failing bar")
     assert (torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision()) == before
+
+
+def test_reference_runs_on_one_device_unless_asked(tiny, monkeypatch):
+    """Equal work: the reference uses one device like every fast recipe; n_devices > 1 is the
+    book's DataParallel run and needs that many GPUs."""
+    out = capstone.train_reference(capstone.build_net(2), tiny.train_ds, None, batch_size=16,
+                                   num_workers=0, max_batches=1)
+    assert not isinstance(out["net"], torch.nn.DataParallel)
+    for bad in (0, True, 1.5):
+        with pytest.raises(ValueError, match="n_devices must be an int >= 1"):
+            capstone.train_reference(capstone.build_net(2), tiny.train_ds, None, n_devices=bad)
+    monkeypatch.setattr(capstone.devices, "try_all_gpus", lambda: [torch.device("cpu")])
+    monkeypatch.setattr(capstone.devices, "num_gpus", lambda: 0)
+    with pytest.raises(ValueError, match="n_devices=2 but this machine has 0 GPU"):
+        capstone.train_reference(capstone.build_net(2), tiny.train_ds, None, n_devices=2)

@@ -13,13 +13,15 @@ def test_recorder_writes_measurements_and_verdicts(tmp_path, capsys):
     rec.data_source("fashion-mnist", synthetic=True)
     rec.measure("uint8 batch", 3.1, "MB", ratio=4.0, note="float32 / uint8")
     rec.measure("uint8 batch", 3.2, "MB")  # re-measuring replaces, not duplicates
-    rec.verdict("L3", "holds", figure="4.0x less memory")
+    assert rec.judge("L3", figure="4.0x less memory", mem_ratio=4.0, copy_gain=3.0) == "holds"
     fig, ax = plt.subplots()
     ax.plot([1, 2])
     rec.figure(fig, "curve")
     saved = json.loads((tmp_path / "01_test.json").read_text())
     assert [m["value"] for m in saved["measurements"]] == [3.2]
     assert saved["verdicts"][0]["synthetic_data"] is True
+    assert saved["verdicts"][0]["measured"] == {"mem_ratio": 4.0, "copy_gain": 3.0}
+    assert "physical" in saved["verdicts"][0]["rule"]
     assert (tmp_path / "figures" / "01_test__curve.png").exists()
     assert "[verdict] L3 - holds" in capsys.readouterr().out
     assert load_all(tmp_path)[0]["notebook"] == "01_test"
@@ -33,33 +35,67 @@ def test_recorder_rejects_bad_input(tmp_path):
         rec.verdict("L1", "probably", figure="1")
     with pytest.raises(ValueError, match="measured figure"):
         rec.verdict("L1", "holds", figure="")
+    with pytest.raises(ValueError, match="not one that its rule can give"):
+        rec.verdict("L1", "holds only when the moon is full", figure="1")
     with pytest.raises(ValueError, match="NaN"):
         rec.measure("x", float("nan"), "s")
     with pytest.raises(ValueError, match="non-empty"):
         Recorder("", directory=tmp_path)
 
 
-def test_report_has_whole_ledger_measurements_and_inline_plots(tmp_path):
+def _two_notebooks(tmp_path):
     res = tmp_path / "results"
     rec = Recorder("01_test", profile="smoke", directory=res)
     rec.measure("samples/s, in memory", 1234.5, "samples/s", ratio=10.0, note="vs disk")
-    rec.verdict("L4", "holds", figure="10x")
+    rec.judge("L4", figure="10x", in_ram_gain=10.0, read_share=0.1, ramdisk_gain=1.0)
     fig, ax = plt.subplots()
     ax.bar([0], [1])
     rec.figure(fig, "bars")
+    other = Recorder("03_test", profile="smoke", directory=res)
+    other.judge("L4", figure="1.05x", in_ram_gain=1.05, read_share=0.1)
+    other.judge("L7", figure="drop", synthetic=True, worst_mean_drop=0.0, seed_spread=0.0)
     (tmp_path / "run.json").write_text(json.dumps({"notebooks": {"01_test": {"status": "ok", "seconds": 3}}}))
+    nbdir = tmp_path / "notebooks"
+    nbdir.mkdir()
+    import nbformat
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# hello *there*")])
+    nbformat.write(nb, nbdir / "01_test.ipynb")
+    return res
+
+
+def test_report_shows_every_notebooks_verdict_and_flags_disagreement(tmp_path):
+    res = _two_notebooks(tmp_path)
+    rep = report.build(load_all(res), references=[])
+    ledger = {c["claim"]: c for c in rep["ledger"]}
+    assert [(e["notebook"], e["verdict"]) for e in ledger["L4"]["entries"]] == [
+        ("01_test", "holds"), ("03_test", "does not hold here")]
+    assert ledger["L4"]["disagree"] and not ledger["L7"]["disagree"]
+    # a claim meant for two notebooks, recorded by neither: both listed, without a verdict
+    assert [e["notebook"] for e in ledger["L18"]["entries"]] == ["notebook 04", "notebook 10"]
+    assert ledger["L18"]["entries"][0]["verdict"] == "no verdict recorded"
+    assert rep["counts"]["holds"] == 1 and rep["counts"]["does not hold here"] == 1
+    assert rep["counts"]["needs the real data set"] == 1
+    assert "1.2x files" in ledger["L4"]["rule"]  # the rule's threshold travels with the verdict
+
+
+def test_report_files_relative_links_no_markdown_in_html(tmp_path):
+    _two_notebooks(tmp_path)
     html_path = report.write(tmp_path)
     md = (tmp_path / "report.md").read_text()
     for cid in CLAIMS:
-        assert f"| {cid} " in md
-    assert "not tested yet" in md and "| L4 " in md and "10x" in md
-    ledger = {line.split(" ", 2)[1]: line for line in md.splitlines() if line.startswith("| L")}
-    assert "| 01_test | holds |" in ledger["L4"]        # the notebook that recorded the verdict
-    assert "| notebook 11 | not tested yet |" in ledger["L20"]  # the one meant to test it
-    assert "1,234" in md and "10.00x" in md
+        assert f"**{cid}**" in md
+    assert "(notebooks disagree)" in md and "1,234" in md and "10.00x" in md
+    assert "](results/figures/01_test__bars.png)" in md           # relative to report.md
+    assert "](notebooks/01_test.html)" in md                      # the nbconvert copy
+    assert str(tmp_path) not in md
     page = html_path.read_text()
-    assert "data:image/png;base64," in page and "<table>" in page
+    assert "data:image/png;base64," in page and "<table" in page
     assert 'src="http' not in page  # self-contained
+    assert "href='notebooks/01_test.html'" in page and "notebooks disagree" in page
+    body = page.split("<body>", 1)[1]
+    assert "**" not in body and "](" not in body and "\n- " not in body  # no literal Markdown
+    rendered = (tmp_path / "notebooks" / "01_test.html").read_text()
+    assert "<h1" in rendered and "hello" in rendered                # rendered by nbconvert
 
 
 def test_report_shows_reference_runs(tmp_path):
@@ -72,4 +108,4 @@ def test_report_shows_reference_runs(tmp_path):
     rep = report.build(load_all(tmp_path / "here"), references=[("h100-2026", load_all(ref_dir))])
     md = report.to_markdown(rep, tmp_path)
     assert "99,999 samples/s (h100-2026)" in md
-    assert "50x on GPU (h100-2026)" in md
+    assert "50x on GPU" in md and "reference (h100-2026)" in md

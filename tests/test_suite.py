@@ -143,7 +143,13 @@ def test_every_kind_of_failure_is_recorded_and_the_others_still_run(tmp_path):
     copy = nbformat.read(build / "latest" / "notebooks" / "02_dies.ipynb", as_version=4)
     assert "failed" in copy.cells[0].source and copy.cells[1].outputs[0]["text"].startswith("[measured] answer")
     md = (build / "report.md").read_text()
-    assert md == (build / "latest" / "report.md").read_text()
+    run_md = (build / "latest" / "report.md").read_text()
+    # the same report in both places, each with links relative to itself that resolve
+    assert md.replace("runs/" + log["run"] + "/", "") == run_md
+    import re as _re
+    for folder, text in ((build, md), (build / "latest", run_md)):
+        links = _re.findall(r"\]\(([^)]+\.html)\)", text)
+        assert links and all((folder / link).exists() for link in links), links
     assert "finished, 5 notebook(s)" in md and "## 02_dies" in md and "## 06_ok" in md
     assert "- 03_oom: the kernel died: killed by SIGKILL" in md
     # the kernels' own stderr (the profiler's USDT lines, ipykernel's TCP warning) goes to a
