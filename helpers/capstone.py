@@ -281,18 +281,25 @@ def run_waterfall(d: CapstoneData, *, device: torch.device | str, width: int = 6
             out.append((recipe, StepResult(name, None, None, skipped=skip[name], note=what), False))
         else:
             r = measure(recipe, d, **kw)
-            keep = keeps(r, best, tolerance)
-            if recipe.uses_cuda_graphs and r.extra.get("cuda_graphs_used") is False:
-                keep = False
-                r.note = (f"CUDA graphs did not run ({r.extra['cudagraph_skips']} skip(s), "
-                          f"{r.extra.get('cuda_graph_launches')} graph launches profiled): this bar is "
-                          "torch.compile again; TORCH_LOGS=perf_hints,cudagraphs says why")
+            keep = keeps(r, best, tolerance) and not graphs_missing(recipe, r)
             out.append((recipe, r, keep))
             if keep:
                 best_recipe, best = recipe, r
         bar.update(1)
     bar.close()
     return out
+
+
+def graphs_missing(recipe: Recipe, r: StepResult) -> bool:
+    """True when `recipe` asked for CUDA graphs but they did not run (Inductor skipped them, or
+    the profiled steps launched none): the bar would be torch.compile measured again, so it says
+    so in its note and is not kept."""
+    if not recipe.uses_cuda_graphs or r.extra.get("cuda_graphs_used") is not False:
+        return False
+    r.note = (f"CUDA graphs did not run ({r.extra.get('cudagraph_skips')} skip(s), "
+              f"{r.extra.get('cuda_graph_launches')} graph launches profiled): this bar is "
+              "torch.compile again; TORCH_LOGS=perf_hints,cudagraphs says why")
+    return True
 
 
 def keeps(new: StepResult, best: StepResult, tolerance: float = 0.02) -> bool:

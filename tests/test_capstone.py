@@ -245,3 +245,18 @@ def test_staging_buffers_are_pinned_on_cuda(tiny):
     assert all(buf[0].is_pinned() and buf[1].is_pinned() for buf in b._bufs)
     xs = torch.cat([x.cpu() for x, _ in b])
     assert torch.allclose(xs.sum(0), (tiny.x_train.float() / 255).sum(0), atol=1e-3)
+
+
+def test_a_cuda_graphs_bar_whose_graphs_did_not_run_is_flagged_not_kept():
+    ref, _ = capstone.waterfall_changes()
+    graphs = ref.but("+ CUDA graphs", data="device", compile={"mode": "reduce-overhead"})
+    ran = capstone.StepResult("g", 1.0, 1.0, extra={"cuda_graphs_used": True, "cudagraph_skips": 0,
+                                                    "cuda_graph_launches": 20})
+    assert not capstone.graphs_missing(graphs, ran) and ran.note == ""
+    skipped = capstone.StepResult("g", 1.0, 1.0, extra={"cuda_graphs_used": False, "cudagraph_skips": 1,
+                                                        "cuda_graph_launches": 0})
+    assert capstone.graphs_missing(graphs, skipped)
+    assert "CUDA graphs did not run (1 skip(s), 0 graph launches" in skipped.note
+    assert "TORCH_LOGS=perf_hints,cudagraphs" in skipped.note
+    # a recipe without graphs is never flagged
+    assert not capstone.graphs_missing(graphs.but("c", compile={}), skipped)
