@@ -468,6 +468,10 @@ def measure(recipe: Recipe, d: CapstoneData, *, device: torch.device | str, widt
         raise ValueError(f"measure: {recipe.name!r} compiles; time at least {MIN_STEADY_EPOCHS} steady "
                          f"epochs after at least one warm-up epoch (got epochs={epochs}, "
                          f"warmup_epochs={warmup_epochs}): the first epochs compile and record graphs")
+    if recipe.compile is not None:
+        # each compiled bar starts from a clean slate: no earlier bar's graphs, recorded CUDA
+        # graphs or recompile count carried over (and their memory freed)
+        torch._dynamo.reset()
     net = build_net(width, seed, recipe.init)
     n_epoch = len(d.x_train)
     total = warmup_epochs + epochs

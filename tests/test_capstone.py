@@ -260,3 +260,13 @@ def test_a_cuda_graphs_bar_whose_graphs_did_not_run_is_flagged_not_kept():
     assert "TORCH_LOGS=perf_hints,cudagraphs" in skipped.note
     # a recipe without graphs is never flagged
     assert not capstone.graphs_missing(graphs.but("c", compile={}), skipped)
+
+
+def test_measure_a_compiled_recipe_times_three_steady_epochs(tiny):
+    # torch.compile with the eager backend: the compiled path (reset, warm-up epoch, median of 3)
+    # without Inductor's minutes of compiling on a small CPU
+    r = capstone.measure(capstone.Recipe("c", data="device", batch_size=32, compile={"backend": "eager"}),
+                         tiny, device="cpu", width=2, epochs=3, busy_batches=1)
+    assert len(r.extra["epoch_seconds"]) == 3 and r.extra["warmup_epochs"] == 1
+    assert r.seconds_per_epoch == pytest.approx(sorted(r.extra["epoch_seconds"])[1])
+    assert r.extra["busy_steps"] == 1 and "cuda_graphs_used" not in r.extra
