@@ -38,7 +38,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="reference batch size (d2l: 256; 64 on a CPU, so a small subset gets enough updates)")
     p.add_argument("--big-batch", type=int, default=1024 if gpu else 128, help="the fast recipe's batch size")
     p.add_argument("--lr", type=float, default=0.1, help="reference learning rate (d2l: 0.1)")
-    p.add_argument("--epochs", type=int, default=2, help="timed epochs per step (the last counts)")
+    p.add_argument("--epochs", type=int, default=capstone.MIN_STEADY_EPOCHS,
+                   help="timed epochs per step, after one untimed warm-up epoch; the median counts "
+                        f"(at least {capstone.MIN_STEADY_EPOCHS} with --compile)")
+    p.add_argument("--busy-steps", type=int, default=capstone.BUSY_STEPS,
+                   help="steady steps profiled for the busy %% column (0 = skip the profiler)")
     p.add_argument("--max-batches", type=int, default=None if gpu else 4,
                    help="batches per timed epoch (default: whole epochs on a GPU, 4 on a CPU)")
     p.add_argument("--accuracy-epochs", type=int, default=5 if gpu else 3,
@@ -56,17 +60,23 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
     if a.accuracy_epochs < 0:
         p.error("--accuracy-epochs must be >= 0")
+    if a.busy_steps < 0:
+        p.error("--busy-steps must be >= 0")
+    if a.compile and a.epochs < capstone.MIN_STEADY_EPOCHS:
+        p.error(f"--epochs must be >= {capstone.MIN_STEADY_EPOCHS} with --compile: one timed epoch "
+                "after compiling is one sample, not a median (or pass --no-compile)")
     return a
 
 
 def table(rows: list[dict]) -> str:
-    head = ["step", "kept", "s/epoch", "samples/s", "x ref", "busy %", "% of peak", "note"]
+    head = ["step", "kept", "s/epoch", "spread s", "samples/s", "x ref", "busy %", "% of peak", "note"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         def f(v, fmt):
             return "-" if v is None else format(v, fmt)
         lines.append("| " + " | ".join([
             r["step"], "yes" if r["kept"] else "no", f(r["seconds_per_epoch"], ".3f"),
+            f(r.get("spread_s"), ".3f"),
             f(r["samples_per_s"], ".0f"), f(r["ratio"], ".2f"), f(r["busy_pct"], ".0f"),
             f(r["peak_pct"], ".1f") + (f" of {r['peak_precision']}" if r["peak_pct"] is not None else ""),
             r["note"]]) + " |")
@@ -89,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         skip["+ CUDA graphs"] = "needs torch.compile (--compile) and a CUDA GPU"
     wf = capstone.run_waterfall(d, device=dev, width=a.width, batch_size=a.batch, lr=a.lr,
                                 big_batch=a.big_batch, epochs=a.epochs, max_batches=a.max_batches,
-                                skip=skip)
+                                busy_batches=a.busy_steps, skip=skip)
     net = capstone.build_net(a.width)
     per_image = flops.training_flops_per_sample(net, (1, 28, 28))
     ref_s = wf[0][1].seconds_per_epoch
@@ -100,12 +110,15 @@ def main(argv: list[str] | None = None) -> int:
                 if r.samples_per_s else None)
         rows.append({
             "step": r.name, "kept": kept, "seconds_per_epoch": r.seconds_per_epoch,
-            "samples_per_s": r.samples_per_s,
+            "spread_s": r.spread_s, "samples_per_s": r.samples_per_s,
             "ratio": ref_s / r.seconds_per_epoch if r.seconds_per_epoch else None,
             "busy_pct": 100 * r.busy_fraction if r.busy_fraction is not None else None,
             "peak_pct": 100 * frac if frac is not None else None,
             "peak_precision": prec,  # which dense peak peak_pct is a fraction of
             "note": r.skipped or r.note,
+            # CUDA-graph bars: did graphs really replay (None: no graphs asked for)
+            "cuda_graphs_used": r.extra.get("cuda_graphs_used"),
+            "cudnn_benchmark": r.extra.get("cudnn_benchmark"),
         })
     fast = capstone.fast_recipe(wf)
     fast_row = next(row for row in reversed(rows) if row["kept"])
@@ -114,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
           f"- data: {d.description}",
           f"- model: d2l ResNet-18, width {a.width}; {per_image / 1e9:.3f} GFLOP per training image "
           "(torch.utils.flop_counter, forward + backward)",
-          f"- timing: {a.epochs} epoch(s) per step, the last counts; "
+          f"- timing: one untimed warm-up epoch, then the median of {a.epochs} timed epoch(s) per step; "
+          "a step is kept when it beats the best so far by more than 2 % and the spread; "
           + (f"{a.max_batches} batches per timed epoch, scaled to {len(d.x_train)} images"
              if a.max_batches else "whole epochs"),
           f"- peak: {flops.PEAK_SOURCE}", "", table(rows), "",
@@ -145,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
                             ratio=row["ratio"], note="x reference", quiet=True,
                             kept=row["kept"], busy_pct=row["busy_pct"], peak_pct=row["peak_pct"],
                             peak_precision=row["peak_precision"],
-                            samples_per_s=row["samples_per_s"])
+                            samples_per_s=row["samples_per_s"], spread_s=row["spread_s"],
+                            cuda_graphs_used=row["cuda_graphs_used"])
         if ref_acc is not None:
             rec.measure("bench: reference test accuracy", ref_acc, "", quiet=True)
             rec.measure("bench: fast recipe test accuracy", fast_acc, "", quiet=True)

@@ -59,9 +59,10 @@ def test_logging_every_step_is_not_faster_than_every_50():
 
 @needs_gpu
 @pytest.mark.gpu
-def test_bf16_channels_last_reaches_2_5x_fp32_on_resnet18_cifar_shape():
-    """The performance bar: d2l ResNet-18, CIFAR-10-shaped input, >= 2.5x fp32 samples/s."""
-    torch.backends.cudnn.benchmark = True
+def test_bf16_channels_last_reaches_2_5x_fp32_on_resnet18_cifar_shape(monkeypatch):
+    """d2l ResNet-18, CIFAR-10-shaped input: bf16 + channels_last >= 2.5x fp32 samples/s."""
+    # cuDNN autotuning for both sides; monkeypatch restores the global flag after the test
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", True)
     net = models.resnet18(num_classes=10, in_channels=3, width=64)
     batches = [(torch.randn(256, 3, 32, 32, device="cuda"), torch.randint(0, 10, (256,), device="cuda"))
                for _ in range(20)]
@@ -77,7 +78,8 @@ def test_fp16_with_scaler_is_faster_than_fp32_on_gpu():
     net = models.resnet18(num_classes=10, in_channels=3, width=64)
     batches = [(torch.randn(256, 3, 32, 32, device="cuda"), torch.randint(0, 10, (256,), device="cuda"))
                for _ in range(20)]
-    fp32 = _samples_per_s(net, batches, device="cuda")
+    # fused SGD on both sides: fp16's GradScaler path uses it (no inf-check sync), same optimizer work
+    fp32 = _samples_per_s(net, batches, device="cuda", fused=True)
     fp16 = _samples_per_s(net, batches, device="cuda", precision="fp16")
     assert fp16 / fp32 > 1.3
 

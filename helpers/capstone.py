@@ -11,8 +11,12 @@ Shared by notebook 12 and `python -m benchmarks.capstone` so both measure the sa
 - `fast_recipe`: the changes that won on this device, plus the accuracy safeguards
   (`SAFEGUARDS`: PyTorch's default init, lr decayed to zero), which cost nothing per step and
   keep the accuracy when a larger batch gives fewer updates per epoch.
-- `measure`: seconds per epoch (the last of the timed epochs, so warm-up and compilation are
-  excluded), samples/s, and how busy the device was (from `torch.profiler`).
+- `measure`: seconds per epoch (the median of at least 3 steady epochs after an untimed
+  warm-up epoch that pays for worker start-up, compilation and CUDA-graph recording; fewer are
+  refused where a compile is involved), their spread, samples/s, and how busy the device was
+  (`torch.profiler` over 10 steady steps of the same training loop, `diagnose.StepWindow`).
+- `keeps`: a waterfall step is kept only when its gain beats both the tolerance and the
+  measured spread of the two timings it compares.
 - `accuracy_curve`: test accuracy after every epoch, from the same seed, for any recipe.
 - `run_cost`: the time-vs-money arithmetic of claim L22.
 """
@@ -22,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import statistics
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +41,8 @@ from .device_augment import device_batches
 from .timing import Timer
 
 D2L_WORKERS = 4  # d2l.get_dataloader_workers()
+MIN_STEADY_EPOCHS = 3  # timed epochs a compiled recipe needs (the warm-up epoch compiles)
+BUSY_STEPS = 10        # steady steps profiled for busy % (a GPU step is milliseconds)
 DATA_MODES = ("loader", "memory", "device")
 INITS = ("d2l", "default")
 LR_SCHEDULES = ("constant", "linear-decay")
@@ -118,13 +125,14 @@ def evaluate_accuracy(net: nn.Module, data_iter: Any, device: torch.device) -> f
 def train_reference(net: nn.Module, train_ds: Dataset, test_ds: Dataset | None, *,
                     batch_size: int = 256, lr: float = 0.1, num_epochs: int = 1,
                     num_workers: int = D2L_WORKERS, max_batches: int | None = None,
-                    seed: int = 0, n_devices: int = 1) -> dict[str, Any]:
+                    seed: int = 0, n_devices: int = 1, on_step: Any = None) -> dict[str, Any]:
     """The book's loop (d2l 'Concise Implementation for Multiple GPUs'), timed per epoch the
     way the book times it, plus a device sync. `max_batches` cuts epochs short (smoke runs).
     With `test_ds`, test accuracy is evaluated after every epoch, outside the timer, as the book
     does for its plot; `test_accuracy` is the last one. One device by default, so that it is
     compared with the fast recipes on equal terms; `n_devices` > 1 wraps the book's
-    `nn.DataParallel` over that many GPUs (claim L23's two-GPU run)."""
+    `nn.DataParallel` over that many GPUs (claim L23's two-GPU run). `on_step(k)` is called
+    after the k-th step (a `diagnose.StepWindow` profiling steady steps of this loop)."""
     if not isinstance(n_devices, int) or isinstance(n_devices, bool) or n_devices < 1:
         raise ValueError(f"train_reference: n_devices must be an int >= 1, got {n_devices!r}")
     devs = devices.try_all_gpus()[:n_devices]
@@ -152,6 +160,8 @@ def train_reference(net: nn.Module, train_ds: Dataset, test_ds: Dataset | None, 
             l.backward()
             trainer.step()
             n += len(y)
+            if on_step is not None:
+                on_step(i + 1)
             if max_batches is not None and i + 1 >= max_batches:
                 break
         timer.stop()
@@ -177,10 +187,13 @@ class Recipe:
     channels_last: bool = False
     compile: dict[str, Any] | None = None
     fused: bool = False
-    cudnn_benchmark: bool = False   # cuDNN times the convolution algorithms once per shape
     tf32: bool = False              # fp32 matmuls on TF32 tensor cores (convs use TF32 already)
     init: str = "d2l"               # "d2l": N(0, 0.01) | "default": PyTorch's init
     lr_schedule: str = "constant"   # "constant" (the book) | "linear-decay" (to 0 over the run)
+    # cuDNN autotuning (torch.backends.cudnn.benchmark: cuDNN times the convolution algorithms
+    # once per shape) while this recipe runs; None leaves PyTorch's default (off), as the book
+    # does. Set and restored by `backend_flags`, as is `tf32`.
+    cudnn_benchmark: bool | None = None
     note: str = ""
 
     def __post_init__(self) -> None:
@@ -200,6 +213,30 @@ class Recipe:
     def but(self, name: str, **changes: Any) -> Recipe:
         return dataclasses.replace(self, name=name, **changes)
 
+    @property
+    def uses_cuda_graphs(self) -> bool:
+        c = self.compile or {}
+        return c.get("mode") in ("reduce-overhead", "max-autotune") or bool(
+            (c.get("options") or {}).get("triton.cudagraphs"))
+
+
+@contextlib.contextmanager
+def backend_flags(recipe: Recipe) -> Iterator[None]:
+    """Apply the recipe's global backend switches for the duration, then restore them, so one
+    bar's setting never leaks into the next bar (or into a later test)."""
+    saved = (torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision())
+    precision = "high" if recipe.tf32 else "highest"
+    try:
+        if recipe.cudnn_benchmark is not None:
+            torch.backends.cudnn.benchmark = recipe.cudnn_benchmark
+        if saved[1] != precision:  # touch the matmul backends only when the setting changes
+            torch.set_float32_matmul_precision(precision)
+        yield
+    finally:
+        torch.backends.cudnn.benchmark = saved[0]
+        if torch.get_float32_matmul_precision() != saved[1]:
+            torch.set_float32_matmul_precision(saved[1])
+
 
 def waterfall_changes(*, batch_size: int = 256, lr: float = 0.1, big_batch: int = 1024,
                       device: torch.device | str = "cpu") -> tuple[Recipe, list[tuple[str, dict[str, Any], str]]]:
@@ -208,7 +245,9 @@ def waterfall_changes(*, batch_size: int = 256, lr: float = 0.1, big_batch: int 
     scaled_lr = lr * big_batch / batch_size
     ref = Recipe("reference (d2l)", batch_size=batch_size, lr=lr, note="the book's loop")
     # default mode: Inductor's fused kernels without minutes of autotuning per waterfall bar;
-    # "reduce-overhead" adds CUDA graphs (the whole step replayed with one launch).
+    # "reduce-overhead" adds CUDA graphs: the compiled model's forward and backward are each
+    # replayed with one launch. The loss, accuracy count, optimizer and scheduler stay eager
+    # (kernel by kernel) unless they are compiled too; `measure` records whether graphs ran.
     graphs = {"mode": "reduce-overhead"} if dev.type == "cuda" else {}
     return ref, [
         ("uint8 in memory", dict(data="memory"), "whole data set as one uint8 tensor; no workers, no per-sample ToTensor"),
@@ -219,21 +258,24 @@ def waterfall_changes(*, batch_size: int = 256, lr: float = 0.1, big_batch: int 
         ("bf16 autocast", dict(precision="bf16"), "matmuls and convolutions in bfloat16"),
         ("channels_last", dict(channels_last=True), "NHWC memory format for convolutions"),
         ("torch.compile", dict(compile={}), "fused kernels (Inductor, default mode)"),
-        ("+ CUDA graphs", dict(compile=graphs), "whole step replayed as a CUDA graph: no launch cost"),
+        ("+ CUDA graphs", dict(compile=graphs), "forward and backward replayed as CUDA graphs (optimizer stays eager)"),
         ("fused SGD", dict(fused=True), "one fused optimizer kernel for all parameters"),
     ]
 
 
 def run_waterfall(d: CapstoneData, *, device: torch.device | str, width: int = 64,
                   batch_size: int = 256, lr: float = 0.1, big_batch: int = 1024,
-                  epochs: int = 2, max_batches: int | None = None, busy_batches: int = 2,
+                  epochs: int = MIN_STEADY_EPOCHS, max_batches: int | None = None,
+                  busy_batches: int = BUSY_STEPS,
                   skip: dict[str, str] | None = None, tolerance: float = 0.02,
                   num_workers: int = D2L_WORKERS, progress: bool = True,
                   ) -> list[tuple[Recipe, StepResult, bool]]:
     """Measure the reference, then each change on top of the best recipe kept so far.
 
-    A change is kept when it is faster than the best kept recipe by more than `tolerance`;
-    a change that is slower on this device is shown and dropped. `skip` maps a step name to the
+    A change is kept when it is faster than the best kept recipe by more than `tolerance` and
+    by more than the spread of either timing (`keeps`); a change that is not is shown and
+    dropped. A CUDA-graphs bar whose graphs did not run (Inductor skipped them) is dropped
+    with that reason: it would be torch.compile measured again. `skip` maps a step name to the
     reason it is not measured (no GPU for CUDA graphs, no time for compilation, ...): it gets no
     bar and the reason is printed, never a made-up number.
     """
@@ -251,20 +293,42 @@ def run_waterfall(d: CapstoneData, *, device: torch.device | str, width: int = 6
     bar = tqdm(total=1 + len(changes), desc="waterfall", unit="step", disable=not progress, leave=False)
     out = [(ref, measure(ref, d, **kw), True)]
     bar.update(1)
-    best_recipe, best = ref, out[0][1].seconds_per_epoch
+    best_recipe, best = ref, out[0][1]
     for name, change, what in changes:
         recipe = best_recipe.but(name, **change, note=what)
         if name in skip:
             out.append((recipe, StepResult(name, None, None, skipped=skip[name], note=what), False))
         else:
             r = measure(recipe, d, **kw)
-            keep = r.seconds_per_epoch < best * (1 - tolerance)
+            keep = keeps(r, best, tolerance) and not graphs_missing(recipe, r)
             out.append((recipe, r, keep))
             if keep:
-                best_recipe, best = recipe, r.seconds_per_epoch
+                best_recipe, best = recipe, r
         bar.update(1)
     bar.close()
     return out
+
+
+def graphs_missing(recipe: Recipe, r: StepResult) -> bool:
+    """True when `recipe` asked for CUDA graphs but they did not run (Inductor skipped them, or
+    the profiled steps launched none): the bar would be torch.compile measured again, so it says
+    so in its note and is not kept."""
+    if not recipe.uses_cuda_graphs or r.extra.get("cuda_graphs_used") is not False:
+        return False
+    r.note = (f"CUDA graphs did not run ({r.extra.get('cudagraph_skips')} skip(s), "
+              f"{r.extra.get('cuda_graph_launches')} graph launches profiled): this bar is "
+              "torch.compile again; TORCH_LOGS=perf_hints,cudagraphs says why")
+    return True
+
+
+def keeps(new: StepResult, best: StepResult, tolerance: float = 0.02) -> bool:
+    """Is `new` faster than `best` beyond noise? Its gain must exceed `tolerance` of `best`'s
+    time and the spread (max - min over the timed epochs) of each of the two timings."""
+    if new.seconds_per_epoch is None or best.seconds_per_epoch is None:
+        return False
+    gain = best.seconds_per_epoch - new.seconds_per_epoch
+    noise = max(new.spread_s or 0.0, best.spread_s or 0.0)
+    return gain > tolerance * best.seconds_per_epoch and gain > noise
 
 
 def fast_recipe(waterfall: list[tuple[Recipe, StepResult, bool]]) -> Recipe:
@@ -282,10 +346,17 @@ class EpochBatches:
     `data="memory"`: uint8 tensor in host memory, each batch copied as uint8 and converted on the
     device. `data="device"`: the tensors already live on the device (`device_batches`).
     Both give exactly `ToTensor()`'s values: uint8 / 255 as float32.
+
+    `staging` (default: on a CUDA device): gather each batch with `index_select(..., out=)` into
+    one of two reusable pinned buffers, so `non_blocking=True` is a real asynchronous copy
+    (indexing a pinned tensor, `x[sel]`, returns pageable memory, which CUDA copies through a
+    staging buffer of its own, synchronously). Two buffers in turn, each reused only after an
+    event says the copy that read it has finished.
     """
 
     def __init__(self, x: torch.Tensor, y: torch.Tensor, batch_size: int, *, mode: str,
-                 device: torch.device, seed: int = 0, drop_last: bool = False) -> None:
+                 device: torch.device, seed: int = 0, drop_last: bool = False,
+                 staging: bool | None = None) -> None:
         if mode not in ("memory", "device"):
             raise ValueError(f"EpochBatches: mode must be 'memory' or 'device', got {mode!r}")
         self.mode, self.device, self.batch_size, self.seed = mode, device, batch_size, seed
@@ -293,9 +364,14 @@ class EpochBatches:
         if mode == "device":
             self.x, self.y = x.to(device), y.to(device)
         else:
-            pin = device.type == "cuda"
-            self.x = x.pin_memory() if pin else x
-            self.y = y.pin_memory() if pin else y
+            self.x, self.y = x, y
+        self.staging = (device.type == "cuda") if staging is None else bool(staging)
+        self._bufs: list[list[Any]] = []
+        if mode == "memory" and self.staging:
+            pin = device.type == "cuda" and torch.cuda.is_available()  # pinning needs CUDA
+            self._bufs = [[torch.empty((batch_size, *x.shape[1:]), dtype=x.dtype, pin_memory=pin),
+                           torch.empty((batch_size, *y.shape[1:]), dtype=y.dtype, pin_memory=pin),
+                           None] for _ in range(2)]
         self.epoch = 0
 
     def __len__(self) -> int:
@@ -314,10 +390,25 @@ class EpochBatches:
         g = torch.Generator().manual_seed(seed)
         order = torch.randperm(len(self.x), generator=g)
         stop = len(self.x) - len(self.x) % self.batch_size if self.drop_last else len(self.x)
-        for start in range(0, stop, self.batch_size):
+        for i, start in enumerate(range(0, stop, self.batch_size)):
             sel = order[start:start + self.batch_size]
-            xb = self.x[sel].to(self.device, non_blocking=True)
-            yield xb.float().div_(255), self.y[sel].to(self.device, non_blocking=True)
+            if not self._bufs:
+                xb = self.x[sel].to(self.device, non_blocking=True)
+                yield xb.float().div_(255), self.y[sel].to(self.device, non_blocking=True)
+                continue
+            buf = self._bufs[i % 2]
+            if buf[2] is not None:
+                buf[2].synchronize()  # the copy that last read this buffer has finished
+            xs, ys = buf[0][:len(sel)], buf[1][:len(sel)]
+            torch.index_select(self.x, 0, sel, out=xs)
+            torch.index_select(self.y, 0, sel, out=ys)
+            # copy=True: on a CPU `.to` would hand out the buffer itself, overwritten two batches on
+            xb = xs.to(self.device, non_blocking=True, copy=True)
+            yb = ys.to(self.device, non_blocking=True, copy=True)
+            if self.device.type == "cuda":
+                buf[2] = torch.cuda.Event()
+                buf[2].record()  # on the current stream, after both copies
+            yield xb.float().div_(255), yb
 
 
 @dataclass
@@ -331,6 +422,7 @@ class StepResult:
     test_accuracy: float | None = None
     skipped: str = ""
     note: str = ""
+    spread_s: float | None = None  # max - min of the timed epochs (seconds per full epoch)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -343,7 +435,7 @@ def _epoch_batches(recipe: Recipe, d: CapstoneData, device: torch.device, seed: 
 
 def _fast_train(net: nn.Module, recipe: Recipe, d: CapstoneData, device: torch.device, *,
                 num_epochs: int, max_batches: int | None, seed: int, test: bool,
-                batches: EpochBatches | None = None) -> training.History:
+                batches: EpochBatches | None = None, on_step: Any = None) -> training.History:
     if batches is None:
         batches = _epoch_batches(recipe, d, device, seed)
     test_iter = None
@@ -356,66 +448,103 @@ def _fast_train(net: nn.Module, recipe: Recipe, d: CapstoneData, device: torch.d
 
         def scheduler(opt: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler:
             return torch.optim.lr_scheduler.LinearLR(opt, 1.0, 0.0, total_iters=total)
-    with fp32_switches(recipe):
+    with backend_flags(recipe):  # its callers set them too; here for any direct use
         return training.train(net, batches, num_epochs=num_epochs, lr=recipe.lr, device=device,
                               precision=recipe.precision, channels_last=recipe.channels_last,
                               compile_model=recipe.compile or False, fused=recipe.fused,
                               scheduler=scheduler, scheduler_interval="step",
-                              steps_per_epoch=max_batches, test_iter=test_iter, progress=False)
+                              steps_per_epoch=max_batches, test_iter=test_iter, progress=False,
+                              on_step=on_step)
 
 
-@contextlib.contextmanager
-def fp32_switches(recipe: Recipe) -> Iterator[None]:
-    """The recipe's global cuDNN/TF32 switches for the duration of its training, then restored
-    (they are process-wide: left on, they would leak into every later bar and test)."""
-    saved = (torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision())
-    precision = "high" if recipe.tf32 else "highest"
-    try:
-        torch.backends.cudnn.benchmark = recipe.cudnn_benchmark
-        if saved[1] != precision:  # touch the matmul backends only when the setting changes
-            torch.set_float32_matmul_precision(precision)
-        yield
-    finally:
-        torch.backends.cudnn.benchmark = saved[0]
-        if torch.get_float32_matmul_precision() != saved[1]:
-            torch.set_float32_matmul_precision(saved[1])
+def _busy_window(n_batches: int, busy_batches: int, warmup: int) -> tuple[int, int]:
+    """(warm-up steps, profiled steps) that fit in one epoch of `n_batches`."""
+    steps = min(busy_batches, max(n_batches - 1, 1))
+    return max(1, min(warmup, n_batches - steps)), steps
+
+
+def _cuda_graph_skips() -> int:
+    from torch._dynamo.utils import counters  # Inductor counts every CUDA-graph skip here
+
+    return int(counters["inductor"]["cudagraph_skips"])
 
 
 def measure(recipe: Recipe, d: CapstoneData, *, device: torch.device | str, width: int = 64,
-            epochs: int = 2, max_batches: int | None = None, busy_batches: int = 2,
-            num_workers: int = D2L_WORKERS, seed: int = 0) -> StepResult:
-    """Time `recipe`: `epochs` epochs (at most `max_batches` batches each), the last one counts
-    (the first pays warm-up / compilation). Seconds per epoch are scaled to the whole training
-    set from the timed samples. Then `busy_batches` more batches run under the profiler."""
+            epochs: int = MIN_STEADY_EPOCHS, max_batches: int | None = None,
+            busy_batches: int = BUSY_STEPS, num_workers: int = D2L_WORKERS, seed: int = 0,
+            warmup_epochs: int = 1) -> StepResult:
+    """Time `recipe`: `warmup_epochs` untimed epochs (worker start-up, compilation, CUDA-graph
+    recording), then `epochs` timed ones (at most `max_batches` batches each); seconds per epoch
+    are the median of the timed epochs, scaled to the whole training set from the timed samples,
+    and `spread_s` is their max - min. A compiled recipe needs at least `MIN_STEADY_EPOCHS`.
+    Then `busy_batches` steady steps of one more epoch (after a few unprofiled ones from the
+    same iterator) run under the profiler for the busy fraction."""
     dev = devices.as_device(device)
-    if not isinstance(epochs, int) or epochs < 1:
-        raise ValueError(f"measure: epochs must be an int >= 1, got {epochs!r}")
+    for name, v, low in (("epochs", epochs, 1), ("warmup_epochs", warmup_epochs, 0),
+                         ("busy_batches", busy_batches, 0)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < low:
+            raise ValueError(f"measure: {name} must be an int >= {low}, got {v!r}")
+    if recipe.compile is not None and (epochs < MIN_STEADY_EPOCHS or warmup_epochs < 1):
+        raise ValueError(f"measure: {recipe.name!r} compiles; time at least {MIN_STEADY_EPOCHS} steady "
+                         f"epochs after at least one warm-up epoch (got epochs={epochs}, "
+                         f"warmup_epochs={warmup_epochs}): the first epochs compile and record graphs")
+    if recipe.compile is not None:
+        # each compiled bar starts from a clean slate: no earlier bar's graphs, recorded CUDA
+        # graphs or recompile count carried over (and their memory freed)
+        torch._dynamo.reset()
     net = build_net(width, seed, recipe.init)
     n_epoch = len(d.x_train)
-    if recipe.data == "loader":
-        out = train_reference(net, d.train_ds, None, batch_size=recipe.batch_size, lr=recipe.lr,
-                              num_epochs=epochs, num_workers=num_workers, max_batches=max_batches,
-                              seed=seed)
-        secs, samples = out["seconds"][-1], out["samples"][-1]
-        ref_net = out["net"].module if isinstance(out["net"], nn.DataParallel) else out["net"]
+    total = warmup_epochs + epochs
+    skips0 = _cuda_graph_skips() if recipe.compile is not None else 0
+    with backend_flags(recipe):
+        if recipe.data == "loader":
+            out = train_reference(net, d.train_ds, None, batch_size=recipe.batch_size, lr=recipe.lr,
+                                  num_epochs=total, num_workers=num_workers, max_batches=max_batches,
+                                  seed=seed)
+            timed = list(zip(out["seconds"], out["samples"], strict=True))[warmup_epochs:]
+            ref_net = out["net"].module if isinstance(out["net"], nn.DataParallel) else out["net"]
+            n_batches = math.ceil(len(d.train_ds) / recipe.batch_size)
+            # past the workers' prefetch queue (2 batches each), so the window sees steady supply
+            warm, steps = _busy_window(n_batches, busy_batches, 2 * num_workers + 2)
 
-        def more() -> None:
-            train_reference(ref_net, d.train_ds, None, batch_size=recipe.batch_size, lr=recipe.lr,
-                            num_epochs=1, num_workers=num_workers, max_batches=busy_batches, seed=seed)
-    else:
-        # built once: the profiled batches below then time training, not copying the data set
-        batches = _epoch_batches(recipe, d, dev, seed)
-        hist = _fast_train(net, recipe, d, dev, num_epochs=epochs, max_batches=max_batches,
-                           seed=seed, test=False, batches=batches)
-        secs, samples = hist.last.seconds, hist.last.samples
+            def profiled(window: diagnose.StepWindow) -> None:
+                train_reference(ref_net, d.train_ds, None, batch_size=recipe.batch_size, lr=recipe.lr,
+                                num_epochs=1, num_workers=num_workers, max_batches=window.stop_after,
+                                seed=seed, on_step=window)
+        else:
+            # built once: the profiled steps below then time training, not copying the data set
+            batches = _epoch_batches(recipe, d, dev, seed)
+            hist = _fast_train(net, recipe, d, dev, num_epochs=total, max_batches=max_batches,
+                               seed=seed, test=False, batches=batches)
+            timed = [(e.seconds, e.samples) for e in hist.epochs[warmup_epochs:]]
+            warm, steps = _busy_window(len(batches), busy_batches, 3)
 
-        def more() -> None:
-            _fast_train(net, recipe, d, dev, num_epochs=1, max_batches=busy_batches, seed=seed,
-                        test=False, batches=batches)
-    busy = diagnose.device_busy_fraction(more, device=dev) if busy_batches else None
-    per_s = samples / secs
-    return StepResult(recipe.name, n_epoch / per_s, per_s, busy, note=recipe.note,
-                      extra={"timed_samples": samples, "timed_seconds": secs})
+            def profiled(window: diagnose.StepWindow) -> None:
+                _fast_train(net, recipe, d, dev, num_epochs=1, max_batches=window.stop_after,
+                            seed=seed, test=False, batches=batches, on_step=window)
+        window = None
+        if busy_batches:
+            window = diagnose.StepWindow(device=dev, warmup=warm, steps=steps)
+            profiled(window)
+            window.finish()
+    per_epoch = [n_epoch * secs / n for secs, n in timed]
+    secs_per_epoch = statistics.median(per_epoch)
+    extra: dict[str, Any] = {"timed_samples": sum(n for _, n in timed),
+                             "timed_seconds": sum(t for t, _ in timed),
+                             "epoch_seconds": per_epoch, "warmup_epochs": warmup_epochs,
+                             "cudnn_benchmark": torch.backends.cudnn.benchmark
+                             if recipe.cudnn_benchmark is None else recipe.cudnn_benchmark}
+    if window is not None:
+        extra["busy_steps"] = window.steps_done
+    if recipe.uses_cuda_graphs:
+        extra["cudagraph_skips"] = _cuda_graph_skips() - skips0
+        launches = window.count("cudaGraphLaunch") if window is not None else None
+        extra["cuda_graph_launches"] = launches
+        # used: Inductor skipped nothing and, where profiled, the steady steps replayed graphs
+        extra["cuda_graphs_used"] = extra["cudagraph_skips"] == 0 and launches != 0
+    return StepResult(recipe.name, secs_per_epoch, n_epoch / secs_per_epoch,
+                      window.busy_fraction if window is not None else None, note=recipe.note,
+                      spread_s=max(per_epoch) - min(per_epoch), extra=extra)
 
 
 def accuracy_curve(recipe: Recipe, d: CapstoneData, *, device: torch.device | str,
@@ -427,6 +556,12 @@ def accuracy_curve(recipe: Recipe, d: CapstoneData, *, device: torch.device | st
         raise ValueError(f"accuracy_curve: epochs must be an int >= 1, got {epochs!r}")
     dev = devices.as_device(device)
     net = build_net(width, seed, recipe.init)
+    with backend_flags(recipe):
+        return _accuracy_curve(recipe, net, d, dev, epochs, seed, num_workers)
+
+
+def _accuracy_curve(recipe: Recipe, net: nn.Module, d: CapstoneData, dev: torch.device,
+                    epochs: int, seed: int, num_workers: int) -> list[float]:
     if recipe.data == "loader":
         return train_reference(net, d.train_ds, d.test_ds, batch_size=recipe.batch_size,
                                lr=recipe.lr, num_epochs=epochs, num_workers=num_workers,

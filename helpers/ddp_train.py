@@ -6,7 +6,8 @@ Run it any of these ways, unchanged:
     torchrun --standalone --nproc-per-node=2 -m helpers.ddp_train --steps 20
     helpers.launch.launch("helpers.ddp_train", ["--steps", "20"], nprocs=2)   # from a notebook
 
-What it shows: `init_process_group` with a timeout (gloo on CPU, nccl with one GPU per process),
+What it shows: `init_process_group` with a rendezvous timeout and a collective timeout (gloo on
+CPU, nccl with one GPU per process, see `helpers.process_group`),
 the same seed on every rank, `DistributedSampler` + `set_epoch`, a small explicit training step,
 rank-0-only logging and checkpointing, and one JSON result per rank (`--out DIR`) with its
 throughput, losses and a checksum of its weights. If a rank fails, it writes its traceback to
@@ -22,15 +23,14 @@ import argparse
 import json
 import os
 import time
-from datetime import timedelta
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
+from . import process_group
 from .devices import synchronize
 from .launch import exit_rank, free_port, run_rank
 
@@ -152,7 +152,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--depth", type=int, default=3)
     p.add_argument("--threads", type=int, default=1, help="intra-op threads per process")
     p.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto")
-    p.add_argument("--init-timeout", type=float, default=60.0, help="seconds")
+    p.add_argument("--init-timeout", type=float, default=60.0,
+                   help="seconds for every rank to join the process group")
+    p.add_argument("--timeout", type=float, default=300.0,
+                   help="seconds any one collective may take (NCCL's watchdog aborts it after)")
     p.add_argument("--out", default=None, help="folder for rank<r>.json results")
     p.add_argument("--checkpoint", action="store_true", help="rank 0 saves checkpoint.pt")
     p.add_argument("--sync-bn", action="store_true",
@@ -195,7 +198,9 @@ def _train(a: argparse.Namespace, rank: int, world: int, local_rank: int,
         device = torch.device("cuda", local_rank)
     else:
         device = torch.device("cpu")
-    dist.init_process_group(backend, timeout=timedelta(seconds=a.init_timeout))
+    # the process group: the rendezvous must finish within --init-timeout (a missing rank fails
+    # fast), each collective within --timeout; with NCCL this rank's GPU is bound to it
+    process_group.init(backend, device=device, init_timeout=a.init_timeout, timeout=a.timeout)
     log = print if rank == 0 else (lambda *args, **kw: None)  # rank-0-only logging
     log(f"world={world} backend={backend} device={device} threads={a.threads} "
         f"batch/process={a.batch} global batch={a.batch * world}", flush=True)
@@ -250,7 +255,7 @@ def _train(a: argparse.Namespace, rank: int, world: int, local_rank: int,
     }
     if out:
         (out / f"rank{rank}.json").write_text(json.dumps(result))
-    dist.barrier()
+    process_group.barrier(device)
     log(f"done: {timed} timed steps, {result['samples_per_s'] or 0:.0f} samples/s on rank 0",
         flush=True)
     return 0

@@ -71,13 +71,18 @@ def as_device(device: str | torch.device | None, param: str = "device") -> torch
 
 
 def synchronize(device: str | torch.device | None = None) -> None:
-    """Wait until queued work on `device` is done (a no-op on the CPU, which runs eagerly)."""
+    """Wait until queued work on `device` is done (a no-op on the CPU, which runs eagerly).
+
+    `None` waits for every GPU, not only the current one (`torch.cuda.synchronize()` alone
+    waits for the current device): `Timer()` and `timing.benchmark` promise that, and work
+    spread over several GPUs (DataParallel, model splitting) must all be counted."""
     if isinstance(device, torch.device) and device.type == "cpu":
         return  # the hot path in training loops: nothing to wait for
     dev = as_device(device) if device is not None else None
     if dev is None:
         if torch.cuda.is_available():
-            torch.cuda.synchronize()
+            for i in range(torch.cuda.device_count()):
+                torch.cuda.synchronize(i)
     elif dev.type == "cuda":
         torch.cuda.synchronize(dev)
 

@@ -93,9 +93,15 @@ def classify(wait_fraction: float, busy_fraction: float, device_type: str, *,
         "rest is Python overhead. Vectorise, use larger batches, or torch.compile.")
 
 
-def _cpu_operator_fraction(prof: profile) -> float:
-    """Self time of the operators that ran inside the `train_step` ranges, over those ranges."""
+def _cpu_operator_fraction(prof: profile, wall_s: float | None = None) -> float:
+    """Self time of the operators that ran inside the `train_step` ranges, over those ranges
+    (or, with `wall_s`, of every operator the profiler saw, over that wall time)."""
     events = list(prof.events())
+    if wall_s is not None:
+        inside = sum(e.self_cpu_time_total for e in events
+                     if e.device_type == torch.autograd.DeviceType.CPU
+                     and not getattr(e, "is_user_annotation", False))
+        return min(inside / 1e6 / wall_s, 1.0) if wall_s > 0 else 0.0
     ranges = [(e.time_range.start, e.time_range.end) for e in events if e.name == STEP_LABEL]
     total = sum(end - start for start, end in ranges)
     if not total:
@@ -183,6 +189,74 @@ def profile_loop(step: Callable[..., Any], batches: Iterable, *, device: str | t
     return Diagnosis(kind=kind, message=message, device_type=dev.type, steps=done, wall_s=wall,
                      wait_fraction=wait_fraction, busy_fraction=busy, table=table,
                      trace_path=path, extra={"meter": meter.summary()})
+
+
+class StepWindow:
+    """Profile a window of steps inside a running loop: steps `warmup+1 ... warmup+steps`.
+
+    Pass it as the loop's per-step hook (`training.train(..., on_step=w)`,
+    `capstone.train_reference(..., on_step=w)`); the loop calls `w(k)` after its k-th step. The
+    first `warmup` steps run unprofiled, from the same iterator, so worker start-up, lazy
+    initialisation, recompiles and CUDA-graph recording are not counted; the device is
+    synchronised at both edges of the window. Call `finish()` after the loop (it also closes a
+    window the loop ended early, and `steps_done` says how many steps were profiled).
+    """
+
+    def __init__(self, *, device: str | torch.device | None = None, warmup: int = 3, steps: int = 10) -> None:
+        for name, v, low in (("warmup", warmup, 1), ("steps", steps, 1)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < low:
+                raise ValueError(f"StepWindow: {name} must be an int >= {low}, got {v!r}")
+        self.device = as_device(device)
+        self.warmup, self.steps = warmup, steps
+        self.prof: profile | None = None
+        self.t0 = self.wall = 0.0
+        self.steps_done = 0
+        self._running = False
+
+    def __call__(self, step: int) -> None:
+        if step == self.warmup and self.prof is None:
+            synchronize(self.device)
+            acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
+            self.prof = profile(activities=acts)
+            self.prof.start()
+            self._running = True
+            self.t0 = time.perf_counter()
+        elif self._running and step == self.warmup + self.steps:
+            self._stop(step)
+
+    def _stop(self, step: int) -> None:
+        synchronize(self.device)
+        self.wall = time.perf_counter() - self.t0
+        self.prof.stop()
+        self._running = False
+        self.steps_done = step - self.warmup
+
+    @property
+    def stop_after(self) -> int:
+        """How many steps the loop must run for the whole window (give the loop this limit)."""
+        return self.warmup + self.steps
+
+    def finish(self, steps_run: int | None = None) -> StepWindow:
+        if self._running:
+            self._stop(steps_run if steps_run is not None else self.warmup + self.steps)
+        return self
+
+    @property
+    def busy_fraction(self) -> float | None:
+        """Kernel time over wall time on a GPU, operator self time over wall time on a CPU;
+        None when the loop never reached the window."""
+        if self.prof is None or self._running or not self.wall:
+            return None
+        if self.device.type == "cuda":
+            return min(_device_kernel_seconds(self.prof) / self.wall, 1.0)
+        return _cpu_operator_fraction(self.prof, self.wall)
+
+    def count(self, prefix: str) -> int:
+        """How many events whose name starts with `prefix` ran in the window (e.g.
+        'cudaGraphLaunch': CUDA graphs were replayed; 0 means the steps ran kernel by kernel)."""
+        if self.prof is None:
+            return 0
+        return sum(e.count for e in self.prof.key_averages() if e.key.startswith(prefix))
 
 
 def device_busy_fraction(fn: Callable[[], Any], *, device: str | torch.device | None = None) -> float:

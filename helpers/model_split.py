@@ -17,13 +17,14 @@ import argparse
 import json
 import os
 import time
-from datetime import timedelta
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
+from . import process_group
+from .devices import synchronize
 from .launch import exit_rank, run_rank
 
 
@@ -79,7 +80,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto")
-    p.add_argument("--init-timeout", type=float, default=60.0)
+    p.add_argument("--init-timeout", type=float, default=60.0, help="seconds to join the group")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds per collective")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
     if any(m < 1 or a.batch % m for m in a.microbatches):
@@ -107,7 +109,7 @@ def _run(a: argparse.Namespace, rank: int, out: Path | None) -> int:
     device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    dist.init_process_group(backend, timeout=timedelta(seconds=a.init_timeout))
+    process_group.init(backend, device=device, init_timeout=a.init_timeout, timeout=a.timeout)
 
     torch.manual_seed(0)
     enc = encoder(a.in_features, a.hidden, a.depth)
@@ -119,9 +121,8 @@ def _run(a: argparse.Namespace, rank: int, out: Path | None) -> int:
     loss_fn = nn.CrossEntropyLoss()
 
     def sync() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        dist.barrier()
+        synchronize(device)
+        process_group.barrier(device)
 
     result: dict = {"rank": rank, "backend": backend, "device": str(device),
                     "batch": a.batch, "threads": a.threads, "schedule": {}}
@@ -137,7 +138,9 @@ def _run(a: argparse.Namespace, rank: int, out: Path | None) -> int:
     for r in range(2):
         sync()
         if rank == r:
-            result["stage_compute_s"] = _median_time(local_step, a.repeats, sync=lambda: None)
+            # this rank's GPU only (no barrier: the other rank is idle, waiting its turn)
+            result["stage_compute_s"] = _median_time(local_step, a.repeats,
+                                                     sync=lambda: synchronize(device))
         sync()
     # 2) the hand-off: send the activation (forward) and its gradient (backward) once each
     buf = torch.empty(a.batch, a.hidden, device=device)
@@ -173,7 +176,7 @@ def _run(a: argparse.Namespace, rank: int, out: Path | None) -> int:
     if out:
         out.mkdir(parents=True, exist_ok=True)
         (out / f"rank{rank}.json").write_text(json.dumps(result))
-    dist.barrier()
+    process_group.barrier(device)
     return 0
 
 

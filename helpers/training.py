@@ -12,14 +12,17 @@ Stable API (the capstone builds on it; add keyword arguments, never change these
 `train(net, train_iter, *, num_epochs=1, lr=0.1, device=None, precision="fp32",
 accum_steps=1, channels_last=False, compile_model=False, optimizer=None, fused=False,
 scheduler=None, scheduler_interval="epoch", loss_fn=None, log_every=0, steps_per_epoch=None,
-test_iter=None, progress=True, live_plot=False, tensorboard=None) -> History`
+test_iter=None, progress=True, live_plot=False, tensorboard=None, on_step=None) -> History`
 
 - `train_iter`: any iterable of `(X, y)` batches: a `DataLoader`, or a list / generator of
   tensors already on the device. It is iterated once per epoch (a generator only works for
   one epoch). Batches are moved to `device` with `non_blocking=True` when not already there.
 - `device`: `None` means `devices.try_gpu()`; validated by `devices.as_device`.
 - `precision`: `"fp32"`; `"fp16"` = autocast to float16 + `torch.amp.GradScaler` (on a CPU:
-  a `UserWarning` and **fp32 is used instead**, see `resolve_precision`); `"bf16"` = autocast
+  a `UserWarning` and **fp32 is used instead**, see `resolve_precision`). With the scaler the
+  default SGD is the fused kernel: `GradScaler.step` reads its inf/NaN flag with `.item()` (a
+  device sync every step) unless the optimizer takes that flag on the device, which fused SGD
+  does (`History.config["fused"]` says which ran); `"bf16"` = autocast
   to bfloat16, no scaler needed (bf16 has fp32's exponent range). bf16 on a CPU without bf16
   hardware runs (emulated) with a warning that it is usually *slower* than fp32.
 - `accum_steps=k`: gradients of k micro-batches are accumulated, each loss divided by k, so the
@@ -29,6 +32,8 @@ test_iter=None, progress=True, live_plot=False, tensorboard=None) -> History`
   dict of `torch.compile` keyword arguments (e.g. `{"backend": "eager"}` in tests).
 - `optimizer`: an `Optimizer` built on `net`'s parameters, or a factory `params -> Optimizer`;
   `None` = `torch.optim.SGD(lr=lr)` (`fused=True` asks for the fused SGD kernel).
+- `on_step`: called as `on_step(k)` after the k-th micro-batch of this call (a profiling
+  window such as `diagnose.StepWindow`).
 - `scheduler`: a factory `optimizer -> LRScheduler`, stepped every epoch or (with
   `scheduler_interval="step"`) after every optimizer step.
 - `loss_fn`: a mean-reduced loss (default `nn.CrossEntropyLoss()`). Accuracy is computed only
@@ -355,6 +360,7 @@ def train(
     progress: bool = True,
     live_plot: Any = False,
     tensorboard: Any = None,
+    on_step: Callable[[int], Any] | None = None,
 ) -> History:
     """Train `net` on `train_iter`; see the module docstring for every switch. Returns a `History`."""
     # ---- validate every switch before doing any work
@@ -380,6 +386,8 @@ def train(
     net.to(dev)
     if channels_last:
         net.to(memory_format=torch.channels_last)
+    # fp16's GradScaler syncs every step (found_inf.item()) unless the optimizer is fused
+    fused = fused or (plan.use_scaler and optimizer is None and dev.type == "cuda")
     opt = _make_optimizer(net, optimizer, lr, fused)
     sched = scheduler(opt) if scheduler is not None else None
     scaler = torch.amp.GradScaler(dev.type) if plan.use_scaler else None
@@ -397,6 +405,7 @@ def train(
         "device": str(dev), "precision": plan.effective, "precision_requested": plan.requested,
         "precision_note": plan.note, "accum_steps": accum_steps, "channels_last": channels_last,
         "compile": bool(compile_model), "optimizer": type(opt).__name__, "lr": lr,
+        "fused": bool(opt.defaults.get("fused")),
         "log_every": log_every, "steps_per_epoch": steps_per_epoch,
     })
     n_batches = _len_or_none(train_iter)
@@ -450,6 +459,8 @@ def train(
                 else:
                     classification = False
                 samples += bs
+                if on_step is not None:  # e.g. diagnose.StepWindow: profile steps k..k+n of this loop
+                    on_step(global_step)
                 if log_every and micro % log_every == 0:
                     value = log_sum.item() / log_n  # the one sync every log_every steps
                     log_sum.zero_()

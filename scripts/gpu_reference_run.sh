@@ -1,47 +1,68 @@
 #!/usr/bin/env bash
-# The GPU reference run, on the lent GPU machine, through the device tool's `run` (carry [".whl"]).
-# Run THERE, in the repository root; fetch the wheels HERE first: bash scripts/gpu_wheels.sh
+# The GPU reference run on an offline GPU node (a cluster's compute node without internet, a
+# cloud GPU box, a workstation): what `make reference` does, in steps that each fit a command
+# of 10 minutes. Run it THERE, in a copy of this repository with .whl/ beside the scripts
+# (fetch the wheels on a machine with internet first: bash scripts/gpu_wheels.sh).
 #
-#     bash scripts/gpu_reference_run.sh check              # preflight only (about 30 s)
-#     bash scripts/gpu_reference_run.sh bench [ARGS]       # python3 -m benchmarks.capstone ARGS
-#     bash scripts/gpu_reference_run.sh notebooks '0[0-4]_*'   # suite, full profile, --save-reference
+#     bash scripts/gpu_reference_run.sh --out DIR check               # preflight only (~30 s)
+#     bash scripts/gpu_reference_run.sh --out DIR bench [ARGS]        # python3 -m benchmarks.capstone ARGS
+#     bash scripts/gpu_reference_run.sh --out DIR notebooks '0[0-4]_*'   # suite, full profile, --save-reference
 #
-# Every subcommand installs .whl/*.whl into /tmp/site, checks that the kernel starts and sees
-# the GPU, runs its step under a time limit (FTG_STEP_SECONDS, default 540, so that the
-# results are packed before the tool's 600 s limit), and leaves in $OUT:
-#     <sub>-<time>.log                 everything printed (written as it runs: it comes back
-#                                      even when the call is killed)
+# Options (before the subcommand):
+#     --out DIR            folder for everything to bring back (required; created if missing)
+#     --step-seconds N     time limit of the step (default 510: with ~30 s of install and
+#                          preflight, up to 20 s to stop a step and a few to pack, a call ends
+#                          within a 10-minute limit; raise it where commands may run longer)
+#
+# Every subcommand installs .whl/*.whl into a private folder, checks that the kernel starts and
+# sees the GPU, runs its step under the time limit, and leaves in DIR:
+#     <sub>-<time>.log                 everything printed (written as it runs: it is there
+#                                      even when the command is killed)
 #     reference-<sub>-<time>.tar.gz    the files this call added under results/reference/
 #     report-<sub>-<time>.md, run-<sub>-<time>.json   the suite's report and per-notebook times
 #     failed-<sub>-<time>.tar.gz       executed copies of notebooks that failed, if any
-# Settings (environment): FTG_PYTHON (default python3), FTG_SITE (default /tmp/site),
-# FTG_STEP_SECONDS (default 540), FTG_ALLOW_NO_GPU=1 (run without a GPU: only for this script's
-# own tests, tests/test_gpu_scripts.py; a reference run needs the GPU).
-# DEVELOPERS.md, "Reference runs on a lent GPU", has the whole procedure.
+# Settings (environment): FTG_PYTHON (default python3), FTG_SITE (where the wheels are installed,
+# default /tmp/ftg-site), FTG_ALLOW_NO_GPU=1 (run without a GPU: only for this script's own
+# tests, tests/test_gpu_scripts.py; a reference run needs the GPU).
+# DEVELOPERS.md, "Reference runs on an offline GPU node", has the whole procedure.
 set -euo pipefail
 
 PROG=gpu_reference_run.sh
 PY=${FTG_PYTHON:-python3}
-SITE=${FTG_SITE:-/tmp/site}
-STEP_SECONDS=${FTG_STEP_SECONDS:-540}
+SITE=${FTG_SITE:-/tmp/ftg-site}
+DEFAULT_STEP_SECONDS=510
 
 usage() {
     cat <<'EOF'
-usage: bash scripts/gpu_reference_run.sh check | bench | notebooks GLOB
-  check            install the carried wheels, start a kernel, show the GPU; nothing else
-  bench [ARGS]     the capstone benchmark (python3 -m benchmarks.capstone ARGS), e.g.
-                   bench --epochs 1 --accuracy-epochs 3 if the defaults overrun the limit
-  notebooks GLOB   python3 -m helpers.suite --profile full --yes --notebooks GLOB --save-reference
-                   the 13 notebooks (00-12) in three calls: '0[0-4]_*', '0[5-9]_*', '1[0-2]_*'
-Runs on the lent GPU machine (the device tool sets $OUT); needs .whl/ carried
-(bash scripts/gpu_wheels.sh here first).
+usage: bash scripts/gpu_reference_run.sh --out DIR [--step-seconds N] check | bench [ARGS] | notebooks GLOB
+  --out DIR          folder for the log and the packed results (required)
+  --step-seconds N   time limit of the step (default 510: a call then ends within 10 minutes)
+  check              install the wheels in .whl/, start a kernel, show the GPU; nothing else
+  bench [ARGS]       the capstone benchmark (python3 -m benchmarks.capstone ARGS), e.g.
+                     bench --accuracy-epochs 3 if the defaults overrun the limit
+  notebooks GLOB     python3 -m helpers.suite --profile full --yes --notebooks GLOB --save-reference
+                     the 13 notebooks (00-12) in three calls: '0[0-4]_*', '0[5-9]_*', '1[0-2]_*'
+Runs on the GPU node, offline; needs .whl/ (bash scripts/gpu_wheels.sh on a machine with internet).
 EOF
 }
 die() { echo "$PROG: ERROR: $*" >&2; exit 2; }
 
+OUT_DIR=""
+STEP_SECONDS=$DEFAULT_STEP_SECONDS
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --out) [ $# -ge 2 ] || die "--out needs a folder"; OUT_DIR=$2; shift 2 ;;
+        --out=*) OUT_DIR=${1#--out=}; shift ;;
+        --step-seconds) [ $# -ge 2 ] || die "--step-seconds needs a number"; STEP_SECONDS=$2; shift 2 ;;
+        --step-seconds=*) STEP_SECONDS=${1#--step-seconds=}; shift ;;
+        -h | --help | help) usage; exit 0 ;;
+        -*) usage >&2; die "unknown option '$1'" ;;
+        *) break ;;
+    esac
+done
+
 SUB=${1:-}
 case "$SUB" in
-    -h | --help | help) usage; exit 0 ;;
     check) [ $# -eq 1 ] || die "'check' takes no arguments" ;;
     bench) ;;  # any further arguments go to benchmarks.capstone (--help lists them)
     notebooks) [ $# -eq 2 ] && [ -n "$2" ] \
@@ -51,18 +72,20 @@ case "$SUB" in
 esac
 GLOB=${2:-}
 BENCH_ARGS=("${@:2}")
+[[ $STEP_SECONDS =~ ^[1-9][0-9]*$ ]] || die "--step-seconds must be a whole number of seconds, got '$STEP_SECONDS'"
+[ -n "$OUT_DIR" ] || die "no output folder: name one with --out DIR (the log and the packed \
+results are written there). On the machine with internet run 'bash scripts/gpu_wheels.sh' \
+first (DEVELOPERS.md, 'Reference runs on an offline GPU node')."
+mkdir -p "$OUT_DIR" 2>/dev/null || die "--out $OUT_DIR: cannot create that folder"
+[ -w "$OUT_DIR" ] || die "--out $OUT_DIR is not a writable folder"
+OUT=$(cd "$OUT_DIR" && pwd)
 
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 BUILD=${FTG_BUILD_DIR:-$ROOT/build}  # where helpers.suite writes (helpers/paths.py)
-[ -n "${OUT:-}" ] || die "\$OUT is unset. This script runs on the lent GPU machine, through the \
-device tool's run, which sets OUT to the folder whose files come back. On the development \
-machine run 'bash scripts/gpu_wheels.sh' instead (DEVELOPERS.md, 'Reference runs on a lent GPU')."
-[ -d "$OUT" ] && [ -w "$OUT" ] || die "\$OUT ($OUT) is not a writable folder"
 compgen -G ".whl/*.whl" >/dev/null || die ".whl/ holds no wheels in $ROOT. Run \
-'bash scripts/gpu_wheels.sh' on the development machine, then name \".whl\" in the run's carry."
+'bash scripts/gpu_wheels.sh' on a machine with internet, then copy .whl/ here with the repository."
 command -v "$PY" >/dev/null || die "no $PY on this machine (FTG_PYTHON names another)"
-[[ $STEP_SECONDS =~ ^[1-9][0-9]*$ ]] || die "FTG_STEP_SECONDS must be a whole number of seconds, got '$STEP_SECONDS'"
 
 TAG="$SUB-$(date -u +%H%M%S)"
 LOG="$OUT/$TAG.log"
@@ -169,7 +192,7 @@ print("preflight ok")
 PYEOF
 
 # Run one step under the time limit; a step that overruns is stopped (TERM, then KILL) so that
-# what it finished is still packed into $OUT before the tool's own limit.
+# what it finished is still packed into the output folder before the command's own limit.
 step() {
     local rc=0
     echo "== $* (stopped after ${STEP_SECONDS} s)"
@@ -209,7 +232,7 @@ if ok:
 PYEOF
 }
 
-# Pack what this call produced into $OUT (at most 8 files come back; this writes at most 5).
+# Pack what this call produced into the output folder (at most 5 files, so few come back).
 collect() {
     local new
     new=$(find results/reference -type f -newer "$STAMP" 2>/dev/null | sort)
@@ -257,12 +280,12 @@ case "$SUB" in
 esac
 
 echo
-echo "== files in \$OUT: $(cd "$OUT" && ls | tr '\n' ' ')"
+echo "== files in $OUT: $(cd "$OUT" && ls | tr '\n' ' ')"
 if [ -f "$OUT/reference-$TAG.tar.gz" ]; then
     added=$(tar -tzf "$OUT/reference-$TAG.tar.gz" | xargs -n1 dirname | sort -u | tr '\n' ' ')
     cat <<EOF
 == NEXT, on the development machine, in the repository root:
-   tar -xzf <files_at>/reference-$TAG.tar.gz   # adds to $added
+   tar -xzf <this output folder>/reference-$TAG.tar.gz   # adds to $added
    git status --short results/reference/   # the new files
    make run                                # the report shows the reference beside this machine's
    git add results/reference/ && git commit -m 'Reference results (GPU): ...'

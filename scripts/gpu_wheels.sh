@@ -1,18 +1,17 @@
 #!/usr/bin/env bash
-# Fetch the wheels the lent GPU machine lacks (scripts/gpu_wheels.txt) into .whl/, for Python 3.12
+# Fetch the wheels an offline GPU node lacks (scripts/gpu_wheels.txt) into .whl/, for Python 3.12
 # on x86-64 Linux. Run HERE (a machine that reaches the package index), in the repository root:
 #
 #     bash scripts/gpu_wheels.sh
 #
-# Then name ".whl" in the device tool's `carry` and run scripts/gpu_reference_run.sh there
-# (DEVELOPERS.md, "Reference runs on a lent GPU"). .whl/ is ignored by git; it travels only when
-# carried, and counts towards the 64 MiB a call may send.
+# Then copy the repository with .whl/ to the node and run scripts/gpu_reference_run.sh there
+# (DEVELOPERS.md, "Reference runs on an offline GPU node"). .whl/ is ignored by git.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 LIST=scripts/gpu_wheels.txt
 DEST=.whl
-LIMIT_MIB=64  # what one device call may send: working tree + carried paths
+LIMIT_MIB=64  # keep the copy sent to the node small: working tree + wheels
 
 die() { echo "gpu_wheels.sh: $*" >&2; exit 1; }
 
@@ -53,15 +52,15 @@ mv "$TMP" "$DEST"
 trap - EXIT
 
 whl_bytes=$(du -cb "$DEST"/*.whl | tail -n1 | cut -f1)
-# What else a device call sends: tracked files and untracked files git does not ignore.
+# What else a copy of the repository holds: tracked files and untracked files git does not ignore.
 tree_bytes=$(git ls-files -z --cached --others --exclude-standard 2>/dev/null \
     | xargs -0 -r stat -c %s -- 2>/dev/null | awk '{s += $1} END {print s + 0}')
 mib() { awk -v b="$1" 'BEGIN {printf "%.1f", b / 1048576}'; }
 ls -l "$DEST"
 echo "$count wheels in $DEST/: $(mib "$whl_bytes") MiB"
-echo "with the working tree ($(mib "$tree_bytes") MiB) a device call sends" \
-     "$(mib $((whl_bytes + tree_bytes))) MiB (limit $LIMIT_MIB MiB)"
+echo "with the working tree ($(mib "$tree_bytes") MiB) the copy for the node is" \
+     "$(mib $((whl_bytes + tree_bytes))) MiB (kept under $LIMIT_MIB MiB)"
 if [ $((whl_bytes + tree_bytes)) -gt $((LIMIT_MIB * 1048576 * 9 / 10)) ]; then
     die "that is within 10% of the $LIMIT_MIB MiB limit: remove large untracked files first"
 fi
-echo "next: device tool run with carry [\".whl\"], command 'bash scripts/gpu_reference_run.sh bench'"
+echo "next: copy the repository with .whl/ to the GPU node; there: bash scripts/gpu_reference_run.sh --out DIR check"

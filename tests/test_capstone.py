@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from helpers import capstone
+from helpers import capstone, training
 
 
 @pytest.fixture(scope="module")
@@ -153,13 +153,13 @@ def test_epoch_batches_drop_last_gives_one_shape(tiny):
     assert shapes == {40} and len(b) == 2
 
 
-def test_fp32_switches_are_set_for_the_recipe_and_restored():
+def test_backend_flags_set_tf32_and_cudnn_benchmark_and_restore_them():
     ref, _ = capstone.waterfall_changes()
     before = (torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision())
-    with capstone.fp32_switches(ref.but("both", cudnn_benchmark=True, tf32=True)):
+    with capstone.backend_flags(ref.but("both", cudnn_benchmark=True, tf32=True)):
         assert torch.backends.cudnn.benchmark and torch.get_float32_matmul_precision() == "high"
     assert (torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision()) == before
-    with pytest.raises(RuntimeError), capstone.fp32_switches(ref.but("tf32", tf32=True)):
+    with pytest.raises(RuntimeError), capstone.backend_flags(ref.but("tf32", tf32=True)):
         raise RuntimeError("a failing bar")
     assert (torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision()) == before
 
@@ -177,3 +177,123 @@ def test_reference_runs_on_one_device_unless_asked(tiny, monkeypatch):
     monkeypatch.setattr(capstone.devices, "num_gpus", lambda: 0)
     with pytest.raises(ValueError, match="n_devices=2 but this machine has 0 GPU"):
         capstone.train_reference(capstone.build_net(2), tiny.train_ds, None, n_devices=2)
+
+
+# --------------------------------------------------------------------------- measurement rules
+
+
+def _result(secs, spread):
+    return capstone.StepResult("x", secs, 1.0 / secs, spread_s=spread)
+
+
+@pytest.mark.parametrize("best,new,spread_best,spread_new,kept", [
+    (1.00, 0.90, 0.01, 0.01, True),    # 10 % faster, spread 1 %: kept
+    (1.00, 0.90, 0.15, 0.01, False),   # gain 0.10 s inside the reference's 0.15 s spread
+    (1.00, 0.90, 0.01, 0.12, False),   # ... or inside the new timing's spread
+    (1.00, 0.99, 0.00, 0.00, False),   # 1 % faster: inside the 2 % tolerance
+    (1.00, 1.10, 0.00, 0.00, False),   # slower
+])
+def test_keeps_needs_a_gain_beyond_tolerance_and_measured_spread(best, new, spread_best, spread_new, kept):
+    assert capstone.keeps(_result(new, spread_new), _result(best, spread_best), 0.02) is kept
+
+
+def test_measure_refuses_too_few_epochs_where_it_compiles(tiny):
+    r = capstone.Recipe("c", data="device", batch_size=32, compile={})
+    for kw in (dict(epochs=2), dict(epochs=3, warmup_epochs=0)):
+        with pytest.raises(ValueError, match="compiles; time at least 3 steady epochs"):
+            capstone.measure(r, tiny, device="cpu", width=2, busy_batches=0, **kw)
+
+
+def test_measure_takes_the_median_of_the_steady_epochs_after_the_warm_up(tiny, monkeypatch):
+    # fake timings: the warm-up epoch (100 s, compiling) must not count; the median of 1, 3, 2 s
+    # over 32 of 96 images each is 2 s per 32 images, i.e. 6 s for the whole 96-image epoch
+    fake = [100.0, 1.0, 3.0, 2.0]
+
+    def fake_train(net, recipe, d, dev, *, num_epochs, **kw):
+        assert num_epochs == 4
+        return training.History(epochs=[training.EpochStats(
+            epoch=i + 1, loss=0.0, accuracy=None, samples=32, seconds=s, samples_per_s=32 / s,
+            data_wait_s=0.0, data_wait_fraction=0.0, peak_memory_bytes=0, memory_kind="",
+            lr=0.1, optimizer_steps=1) for i, s in enumerate(fake)])
+
+    monkeypatch.setattr(capstone, "_fast_train", fake_train)
+    r = capstone.measure(capstone.Recipe("m", data="memory", batch_size=32), tiny, device="cpu",
+                         width=2, epochs=3, busy_batches=0)
+    assert r.seconds_per_epoch == pytest.approx(6.0)
+    assert r.spread_s == pytest.approx(6.0)  # (3 - 1) s per 32 images, scaled to 96
+    assert r.extra["epoch_seconds"] == pytest.approx([3.0, 9.0, 6.0])
+    assert r.busy_fraction is None
+
+
+def test_measure_profiles_steady_steps_of_the_same_loop(tiny):
+    r = capstone.measure(capstone.Recipe("m", data="memory", batch_size=8), tiny, device="cpu",
+                         width=2, epochs=1, max_batches=2, busy_batches=5)
+    # 12 batches per epoch: 3 unprofiled warm-up steps, then the 5 profiled ones
+    assert r.extra["busy_steps"] == 5 and 0 < r.busy_fraction <= 1
+    ref = capstone.measure(capstone.Recipe("ref", batch_size=8), tiny, device="cpu", width=2,
+                           epochs=1, max_batches=2, busy_batches=5, num_workers=0)
+    assert ref.extra["busy_steps"] == 5 and 0 < ref.busy_fraction <= 1
+
+
+def test_backend_flags_set_cudnn_benchmark_and_restore_it():
+    before = torch.backends.cudnn.benchmark
+    with capstone.backend_flags(capstone.Recipe("r", cudnn_benchmark=not before)):
+        assert torch.backends.cudnn.benchmark is (not before)
+    assert torch.backends.cudnn.benchmark is before
+    with pytest.raises(RuntimeError), capstone.backend_flags(capstone.Recipe("r", cudnn_benchmark=True)):
+        raise RuntimeError("a failing bar")
+    assert torch.backends.cudnn.benchmark is before
+
+
+def test_cuda_graphs_recipe_is_recognised():
+    ref, changes = capstone.waterfall_changes(device="cpu")
+    assert not ref.uses_cuda_graphs
+    assert ref.but("g", compile={"mode": "reduce-overhead"}).uses_cuda_graphs
+    assert not ref.but("c", compile={}).uses_cuda_graphs
+
+
+def test_staged_batches_match_plain_indexing_and_are_not_overwritten(tiny):
+    # the pinned-buffer path (on a GPU) through unpinned buffers on the CPU: same numbers, and a
+    # batch handed out is not changed by the buffer's reuse two batches later
+    plain = capstone.EpochBatches(tiny.x_train, tiny.y_train, 20, mode="memory",
+                                  device=torch.device("cpu"), seed=5, staging=False)
+    staged = capstone.EpochBatches(tiny.x_train, tiny.y_train, 20, mode="memory",
+                                   device=torch.device("cpu"), seed=5, staging=True)
+    assert staged._bufs and not plain._bufs
+    a, b = list(plain), list(staged)
+    assert len(a) == len(b) == 5 and b[-1][0].shape[0] == 16  # the partial last batch too
+    for (xa, ya), (xb, yb) in zip(a, b, strict=True):
+        assert torch.equal(xa, xb) and torch.equal(ya, yb)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: pinned staging buffers")
+def test_staging_buffers_are_pinned_on_cuda(tiny):
+    b = capstone.EpochBatches(tiny.x_train, tiny.y_train, 32, mode="memory", device=torch.device("cuda"))
+    assert all(buf[0].is_pinned() and buf[1].is_pinned() for buf in b._bufs)
+    xs = torch.cat([x.cpu() for x, _ in b])
+    assert torch.allclose(xs.sum(0), (tiny.x_train.float() / 255).sum(0), atol=1e-3)
+
+
+def test_a_cuda_graphs_bar_whose_graphs_did_not_run_is_flagged_not_kept():
+    ref, _ = capstone.waterfall_changes()
+    graphs = ref.but("+ CUDA graphs", data="device", compile={"mode": "reduce-overhead"})
+    ran = capstone.StepResult("g", 1.0, 1.0, extra={"cuda_graphs_used": True, "cudagraph_skips": 0,
+                                                    "cuda_graph_launches": 20})
+    assert not capstone.graphs_missing(graphs, ran) and ran.note == ""
+    skipped = capstone.StepResult("g", 1.0, 1.0, extra={"cuda_graphs_used": False, "cudagraph_skips": 1,
+                                                        "cuda_graph_launches": 0})
+    assert capstone.graphs_missing(graphs, skipped)
+    assert "CUDA graphs did not run (1 skip(s), 0 graph launches" in skipped.note
+    assert "TORCH_LOGS=perf_hints,cudagraphs" in skipped.note
+    # a recipe without graphs is never flagged
+    assert not capstone.graphs_missing(graphs.but("c", compile={}), skipped)
+
+
+def test_measure_a_compiled_recipe_times_three_steady_epochs(tiny):
+    # torch.compile with the eager backend: the compiled path (reset, warm-up epoch, median of 3)
+    # without Inductor's minutes of compiling on a small CPU
+    r = capstone.measure(capstone.Recipe("c", data="device", batch_size=32, compile={"backend": "eager"}),
+                         tiny, device="cpu", width=2, epochs=3, busy_batches=1)
+    assert len(r.extra["epoch_seconds"]) == 3 and r.extra["warmup_epochs"] == 1
+    assert r.seconds_per_epoch == pytest.approx(sorted(r.extra["epoch_seconds"])[1])
+    assert r.extra["busy_steps"] == 1 and "cuda_graphs_used" not in r.extra

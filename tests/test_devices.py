@@ -40,3 +40,16 @@ def test_hardware_summary_has_what_the_report_needs():
     assert len(s["gpus"]) == torch.cuda.device_count()
     text = devices.describe_hardware(s)
     assert "RAM" in text and ("GPU 0" in text or "none found" in text)
+
+
+def test_synchronize_none_waits_for_every_gpu(monkeypatch):
+    """`synchronize()` promises every GPU: each index is synchronised, not just the current one."""
+    calls = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 3)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda d=None: calls.append(d))
+    devices.synchronize()
+    assert calls == [0, 1, 2]
+    calls.clear()
+    devices.synchronize(torch.device("cpu"))
+    assert calls == []

@@ -38,17 +38,20 @@ from torchvision import transforms
 
 from helpers import (
     batch_finder,
+    capstone,
     catalog,
     data,
     data_wait,
     device_augment,
     devices,
+    diagnose,
     launch,
     models,
     paths,
     pipelines,
     plotting,
     processes,
+    process_group,
     profiles,
     quick_train,
     regression,
@@ -350,6 +353,16 @@ CASES = [
        case(regression.fit, ValueError, r"device 'cuda' asked for, but this machine has no CUDA GPU", *regression.boston_like(), "cuda"),
        case(quick_train.accuracy, ValueError, r"device 'cuda' asked for, but this machine has no CUDA GPU",
             quick_train.small_cnn(), X4, Y4, device="cuda")] if NO_GPU else []),
+    case(process_group.init, ValueError, r"init_timeout must be a positive number of seconds, got 0",
+         "gloo", device=torch.device("cpu"), init_timeout=0),
+    case(process_group.init, ValueError, r"timeout must be a positive number of seconds, got -1",
+         "gloo", device=torch.device("cpu"), init_timeout=5, timeout=-1),
+    case(diagnose.StepWindow, ValueError, r"StepWindow: warmup must be an int >= 1, got 0", warmup=0),
+    case(diagnose.StepWindow, ValueError, r"StepWindow: steps must be an int >= 1, got 2.5", steps=2.5),
+    case(capstone.measure, ValueError, r"'c' compiles; time at least 3 steady epochs",
+         capstone.Recipe("c", data="device", compile={}), None, device="cpu", epochs=2),
+    case(capstone.measure, ValueError, r"measure: busy_batches must be an int >= 0, got -1",
+         capstone.Recipe("r"), None, device="cpu", busy_batches=-1),
     # --- later notebooks' modules: one line per case, e.g.
     # case(training.fit, ValueError, r"epochs must be an int >= 1", net, loader, epochs=0),
 ]
@@ -667,7 +680,7 @@ def test_a_pipe_in_a_measurement_name_keeps_the_table_whole(tmp_path):
     md = (tmp_path / "report.md").read_text()
     # Markdown tables are fixed-width text blocks (pandas), so a `|` cannot split a cell there
     block = md.split("```")[1].splitlines()
-    header, row = block[1], block[2]
+    row = block[2]
     assert row.split() == ["batch", "|", "64", "2", "s|step", "a|b"], row
     assert "<td>batch | 64</td>" in (tmp_path / "report.html").read_text()
 

@@ -228,3 +228,20 @@ def test_fp16_on_gpu_uses_a_scaler_and_measures_cuda_memory():
                           progress=False)
     assert hist.config["precision"] == "fp16"
     assert hist.last.memory_kind.startswith("cuda") and hist.last.peak_memory_bytes > 0
+
+
+def test_on_step_is_called_after_every_micro_batch():
+    net = nn.Linear(4, 3)
+    data = [(torch.randn(8, 4), torch.randint(0, 3, (8,))) for _ in range(5)]
+    seen = []
+    training.train(net, data, num_epochs=2, device="cpu", progress=False, on_step=seen.append)
+    assert seen == list(range(1, 11))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: fp16 with a GradScaler")
+def test_fp16_scaler_path_uses_fused_sgd_without_a_sync_per_step():
+    net = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 3))
+    data = [(torch.randn(8, 16, device="cuda"), torch.randint(0, 3, (8,), device="cuda")) for _ in range(4)]
+    h = training.train(net, data, device="cuda", precision="fp16", progress=False)
+    assert h.config["fused"] is True and h.config["precision"] == "fp16"
+    assert training.train(nn.Linear(16, 3), data, device="cuda", progress=False).config["fused"] is False

@@ -1,0 +1,69 @@
+"""The Lightning and accelerate cells of notebooks 04-07, run with both packages importable.
+
+Neither package is in the pins (the suite teaches plain PyTorch; each framework cell shows the
+same technique in one, and says "skipped" where it is not installed). A GPU image often has
+them, so the cells must work when they do run: this test executes each notebook (smoke profile)
+with them importable and checks that both cells trained, not skipped.
+
+Opt-in, because it needs the packages, which the pinned environment does not have:
+    FTG_FRAMEWORKS_DIR=DIR   a folder where they are installed, e.g. by
+        python -m pip install --target DIR --no-deps lightning lightning-utilities torchmetrics \
+            accelerate huggingface_hub safetensors
+        (--no-deps: torch and the rest come from the environment, which is not modified)
+    FTG_FRAMEWORKS_DIR=install   the same into a temporary folder (needs the package index)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ["lightning", "lightning-utilities", "torchmetrics", "accelerate", "huggingface_hub",
+            "safetensors"]
+NOTEBOOKS = ["04_batch_size_and_accumulation", "05_item_hygiene", "06_device_placement",
+             "07_mixed_precision"]
+
+
+@pytest.fixture(scope="module")
+def frameworks_dir(tmp_path_factory) -> Path:
+    where = os.environ.get("FTG_FRAMEWORKS_DIR", "")
+    if not where:
+        pytest.skip("opt-in: set FTG_FRAMEWORKS_DIR to a folder with lightning and accelerate "
+                    "installed, or to 'install' (see this file's docstring)")
+    if where == "install":
+        target = tmp_path_factory.mktemp("frameworks")
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                        "--target", str(target), "--no-deps", *PACKAGES], check=True, timeout=600)
+        return target
+    target = Path(where)
+    if not (target / "lightning").is_dir() or not (target / "accelerate").is_dir():
+        pytest.fail(f"FTG_FRAMEWORKS_DIR={where}: no lightning/ and accelerate/ there")
+    return target
+
+
+def _framework_cell_output(nb: nbformat.NotebookNode) -> str:
+    cells = [c for c in nb.cells if c.cell_type == "code" and 'find_spec("lightning")' in c.source]
+    assert len(cells) == 1, "one Lightning/accelerate cell per notebook"
+    return "".join(o.get("text", "") for o in cells[0].outputs if o.get("output_type") == "stream")
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_lightning_and_accelerate_cells_train(name, frameworks_dir, tmp_path, monkeypatch):
+    from nbclient import NotebookClient
+
+    # the kernel inherits this environment: the frameworks first, then this checkout's helpers
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(frameworks_dir), str(ROOT)]))
+    monkeypatch.setenv("FTG_PROFILE", "smoke")
+    monkeypatch.setenv("FTG_BUILD_DIR", str(tmp_path / "build"))
+    nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute()
+    out = _framework_cell_output(nb)
+    assert "is not installed: skipped" not in out, out
+    assert "Lightning: " in out and "accelerate: " in out, out
