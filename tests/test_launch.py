@@ -170,3 +170,23 @@ def test_exit_rank_flushes_output_and_keeps_the_exit_code():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                        cwd=Path(__file__).resolve().parents[1])
     assert (p.returncode, p.stdout, p.stderr.strip().endswith("warn")) == (3, "done", True)
+
+
+def test_stop_all_ends_the_process_tree_without_killpg(monkeypatch):
+    """Windows has no os.killpg and no SIGKILL: the launcher ends the tree through psutil."""
+    code = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']);"
+            " time.sleep(60)")
+    p = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not psutil.Process(p.pid).children() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        (child,) = psutil.Process(p.pid).children()
+        monkeypatch.delattr(os, "killpg")
+        launch._stop_all([p], grace=0.5)
+        assert p.poll() is not None
+        child.wait(timeout=10)
+        assert not child.is_running()
+    finally:
+        if p.poll() is None:
+            p.kill()
