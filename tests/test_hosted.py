@@ -51,6 +51,12 @@ def test_setup_cell_reads_the_one_repository_url_and_version():
     readme = (ROOT / "README.md").read_text()
     assert "colab-badge.svg" in readme and "open-in-kaggle.svg" in readme
     assert repo.removeprefix("https://github.com/") in readme
+    where = readme.split("## Where to run it", 1)[1].split("\n## ", 1)[0]
+    for place in ("Linux + NVIDIA GPU", "Mac with Apple silicon (MPS)", "Google Colab", "Kaggle", "CPU only",
+                  "Windows"):
+        assert f"| {place}" in where, f"README's 'Where to run it' table lacks {place}"
+    for nb_path in NOTEBOOKS:
+        assert setup_cell.badges(nb_path.name) in readme, f"README lacks the badges of {nb_path.name}"
 
 
 def test_installed_helpers_write_data_and_results_in_the_working_directory(tmp_path, monkeypatch):
