@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def in_checkout() -> bool:
     """True when the helpers run from a clone of the suite (editable install or PYTHONPATH), False
     when pip installed them into site-packages (Colab, Kaggle, `pip install` of the project)."""
-    return (ROOT / "pyproject.toml").is_file() and (ROOT / "notebooks").is_dir()
+    return not {"site-packages", "dist-packages"} & set(ROOT.parts)
 
 
 def _base() -> Path:
