@@ -11,11 +11,12 @@ export PYTHONUNBUFFERED := 1
 # No MPLBACKEND here: a Jupyter server or kernel that inherits Agg shows no plots. Unit tests
 # choose Agg in tests/conftest.py; the benchmarks recipe sets it for itself.
 
-.PHONY: install run test test-twice lint unit notebooks benchmarks bench reference lab kernel clean help
+.PHONY: install run test test-twice test-compat lint unit notebooks benchmarks bench reference lab kernel clean help
 
 help:
 	@echo "make run [PROFILE=smoke|full]  execute the suite into build/runs/<time>/, write build/report.html"
 	@echo "make test                     lint + unit tests + notebooks (smoke profile)"
+	@echo "make test-compat              unit tests + notebooks with the oldest supported torch (.venv-compat)"
 	@echo "make bench                    the capstone benchmark (reference vs fast recipe)"
 	@echo "make reference                on a GPU: full profile + bench, saved to results/reference/"
 	@echo "make lab                      JupyterLab on the notebooks (loopback, token)"
@@ -23,12 +24,13 @@ help:
 	@echo "make clean                    remove executed copies, generated data and results"
 
 # The environment is rebuilt only when the pins change; a second call starts in seconds.
-$(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
+$(STAMP): requirements.txt requirements-dev.txt requirements-nodeps.txt pyproject.toml scripts/install_d2l.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "Installing the pinned environment into $(VENV) (first time: about 2 minutes)..."
-	$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements.txt
-	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps -r requirements-nodeps.txt
+	$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements.txt -r requirements-dev.txt
+	$(BIN)/python scripts/install_d2l.py
 	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(BIN)/python -m pip check
 	@touch $@
 
 install: $(STAMP)
@@ -65,6 +67,27 @@ test: install
 
 test-twice: install   # every notebook run twice in one checkout: same results, no leftover state
 	FTG_RUN_TWICE=1 $(BIN)/python -m pytest -q tests/test_run_twice.py
+
+# The oldest supported versions (the lower bounds in pyproject.toml, pinned in
+# requirements-compat.txt) in a second environment; unit tests and notebooks run there.
+COMPAT       ?= .venv-compat
+COMPAT_STAMP := $(COMPAT)/.installed
+$(COMPAT_STAMP): requirements-compat.txt requirements-dev.txt requirements-nodeps.txt pyproject.toml scripts/install_d2l.py
+	@test -x $(COMPAT)/bin/python || $(PYTHON) -m venv $(COMPAT)
+	@echo "Installing the oldest supported versions into $(COMPAT) (first time: several minutes, torch is downloaded)..."
+	$(COMPAT)/bin/python -m pip install -q --disable-pip-version-check -r requirements-compat.txt -r requirements-dev.txt
+	$(COMPAT)/bin/python scripts/install_d2l.py
+	$(COMPAT)/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(COMPAT)/bin/python -m pip check
+	@touch $@
+
+test-compat: $(COMPAT_STAMP)
+	$(COMPAT)/bin/python -c "import torch, torchvision; print('compat: torch', torch.__version__, 'torchvision', torchvision.__version__)"
+	@# the browser test and the hosted-style runs test the packaging, not the torch version: `make test` has them
+	FTG_PROFILE=smoke $(COMPAT)/bin/python -m pytest tests -q -m "not benchmark" --ignore=tests/test_browser.py \
+	    -k "not test_notebook_runs_from_an_empty_folder"
+	FTG_PROFILE=smoke $(COMPAT)/bin/python -m pytest -q --nbval-lax --nbval-current-env \
+	    --nbval-cell-timeout=300 -p tests.nbval_budget notebooks
 
 bench: install
 	$(BIN)/python -m benchmarks.capstone

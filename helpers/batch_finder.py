@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 import torch
 from tqdm.auto import tqdm
 
+from . import devices
+
 _OOM_WORDS = ("out of memory", "not enough memory", "can't allocate memory", "failed to allocate")
 
 
@@ -35,8 +37,7 @@ def is_oom(err: BaseException) -> bool:
 def free_memory() -> None:
     """Drop what a failed try left behind, so the next try starts clean."""
     gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
+    devices.empty_cache()
 
 
 @dataclass

@@ -1,28 +1,93 @@
-"""Devices: d2l's names (`try_gpu`, `try_all_gpus`), synchronisation and a hardware summary."""
+"""Devices: d2l's names (`try_gpu`, `try_all_gpus`), synchronisation, memory counters and a
+hardware summary, for whichever accelerator this machine has: an NVIDIA GPU (`cuda`), an Apple
+GPU (`mps`) or an Intel GPU (`xpu`), else the CPU.
+
+Built on `torch.accelerator` (PyTorch >= 2.6) where the installed torch has it, with a fallback to
+the per-backend modules for older versions. What does not exist on a backend (a peak-memory
+counter on MPS, NCCL and CUDA graphs anywhere but CUDA) is reported as missing, never faked.
+"""
 
 from __future__ import annotations
 
 import os
 import platform
+import subprocess
 from typing import Any
 
 import psutil
 import torch
+
+GPU_TYPES = ("cuda", "mps", "xpu")
+DEVICE_CHOICES = "'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'"
 
 
 def cpu() -> torch.device:
     return torch.device("cpu")
 
 
+def _mps_available() -> bool:
+    mps = getattr(torch.backends, "mps", None)
+    return bool(mps is not None and mps.is_available())
+
+
+def _xpu_available() -> bool:
+    xpu = getattr(torch, "xpu", None)
+    return bool(xpu is not None and xpu.is_available())
+
+
+def accelerator() -> str | None:
+    """The accelerator type torch can use here, `'cuda'`, `'mps'` or `'xpu'`, or None (CPU only)."""
+    acc = getattr(torch, "accelerator", None)
+    if acc is not None and hasattr(acc, "current_accelerator"):
+        if hasattr(acc, "is_available") and not acc.is_available():
+            return None
+        dev = acc.current_accelerator()
+        if dev is None or dev.type not in GPU_TYPES:
+            return None
+        return dev.type if hasattr(acc, "is_available") else _available_by_backend(dev.type)
+    # torch < 2.6: no torch.accelerator
+    for kind in GPU_TYPES:
+        if _available_by_backend(kind):
+            return kind
+    return None
+
+
+def _available_by_backend(kind: str) -> str | None:
+    if kind == "cuda" and torch.cuda.is_available():
+        return "cuda"
+    if kind == "mps" and _mps_available():
+        return "mps"
+    if kind == "xpu" and _xpu_available():
+        return "xpu"
+    return None
+
+
+def _backend(kind: str) -> Any:
+    """torch.cuda, torch.mps or torch.xpu."""
+    return {"cuda": torch.cuda, "mps": getattr(torch, "mps", None), "xpu": getattr(torch, "xpu", None)}[kind]
+
+
 def num_gpus() -> int:
-    return torch.cuda.device_count()
+    """How many accelerator devices there are (an Apple GPU counts as one)."""
+    kind = accelerator()
+    if kind is None:
+        return 0
+    acc = getattr(torch, "accelerator", None)
+    if acc is not None and hasattr(acc, "device_count"):
+        return int(acc.device_count())
+    return 1 if kind == "mps" else int(_backend(kind).device_count())
+
+
+def _gpu(kind: str, i: int) -> torch.device:
+    return torch.device("mps") if kind == "mps" else torch.device(kind, i)
 
 
 def try_gpu(i: int = 0) -> torch.device:
-    """GPU `i` if it exists, else the CPU (same as d2l)."""
+    """GPU `i` if it exists (`cuda:i`, `mps` or `xpu:i`), else the CPU (same as d2l)."""
     if not isinstance(i, int) or isinstance(i, bool) or i < 0:
         raise ValueError(f"try_gpu(i): i must be an int >= 0, got {i!r}")
-    return torch.device(f"cuda:{i}") if num_gpus() > i else cpu()
+    kind = accelerator()
+    return _gpu(kind, i) if kind is not None and num_gpus() > i else cpu()
 
 
 def try_all_gpus() -> list[torch.device]:
@@ -31,11 +96,9 @@ def try_all_gpus() -> list[torch.device]:
     d2l 1.0.3's `try_all_gpus()` returns `[]` on a CPU-only machine although its docstring
     promises `[cpu()]`; code that then does `devices[0]` fails. Ours keeps the promise.
     """
-    gpus = [torch.device(f"cuda:{i}") for i in range(num_gpus())]
+    kind = accelerator()
+    gpus = [_gpu(kind, i) for i in range(num_gpus())] if kind is not None else []
     return gpus or [cpu()]
-
-
-DEVICE_CHOICES = "'cpu', 'cuda' or 'cuda:N'"
 
 
 def _parse(device: str | torch.device, param: str = "device") -> torch.device:
@@ -50,9 +113,12 @@ def _parse(device: str | torch.device, param: str = "device") -> torch.device:
     else:
         raise TypeError(f"{param} must be a string ({DEVICE_CHOICES}) or a torch.device; "
                         f"got {type(device).__name__} {device!r}")
-    if dev.type not in ("cpu", "cuda", "meta"):
+    if dev.type not in ("cpu", "meta", *GPU_TYPES):
         raise ValueError(f"{param} must be {DEVICE_CHOICES}; got {device!r}")
     return dev
+
+
+_NAMES = {"cuda": "CUDA GPU", "mps": "Apple GPU (MPS)", "xpu": "Intel GPU (XPU)"}
 
 
 def as_device(device: str | torch.device | None, param: str = "device") -> torch.device:
@@ -60,40 +126,119 @@ def as_device(device: str | torch.device | None, param: str = "device") -> torch
     if device is None:
         return try_gpu()
     dev = _parse(device, param)
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"{param} {device!r} asked for, but this machine has no CUDA GPU "
+    if dev.type in GPU_TYPES:
+        if accelerator() != dev.type:
+            raise ValueError(f"{param} {device!r} asked for, but this machine has no {_NAMES[dev.type]} "
                              "(use 'cpu', or devices.try_gpu())")
-        if dev.index is not None and dev.index >= num_gpus():
-            raise ValueError(f"{param} {device!r} does not exist: this machine has {num_gpus()} GPU(s), "
-                             f"cuda:0 ... cuda:{num_gpus() - 1}")
+        n = num_gpus()
+        if dev.index is not None and dev.index >= n:
+            raise ValueError(f"{param} {device!r} does not exist: this machine has {n} {dev.type} "
+                             f"device(s), {dev.type}:0 ... {dev.type}:{n - 1}")
     return dev
 
 
 def synchronize(device: str | torch.device | None = None) -> None:
     """Wait until queued work on `device` is done (a no-op on the CPU, which runs eagerly).
 
-    `None` waits for every GPU, not only the current one (`torch.cuda.synchronize()` alone
-    waits for the current device): `Timer()` and `timing.benchmark` promise that, and work
-    spread over several GPUs (DataParallel, model splitting) must all be counted."""
+    `None` waits for every device of the current accelerator, not only the current one
+    (`torch.cuda.synchronize()` alone waits for the current device): `Timer()` and
+    `timing.benchmark` promise that, and work spread over several GPUs (DataParallel, model
+    splitting) must all be counted."""
     if isinstance(device, torch.device) and device.type == "cpu":
         return  # the hot path in training loops: nothing to wait for
     dev = as_device(device) if device is not None else None
-    if dev is None:
-        if torch.cuda.is_available():
-            for i in range(torch.cuda.device_count()):
-                torch.cuda.synchronize(i)
-    elif dev.type == "cuda":
-        torch.cuda.synchronize(dev)
+    kind = accelerator() if dev is None else dev.type
+    if kind not in GPU_TYPES:
+        return
+    if dev is None and kind in ("cuda", "xpu"):
+        backend = _backend(kind)
+        for i in range(backend.device_count()):
+            backend.synchronize(i)
+        return
+    acc = getattr(torch, "accelerator", None)
+    if acc is not None and hasattr(acc, "synchronize"):
+        acc.synchronize(dev)
+    elif kind == "mps":
+        torch.mps.synchronize()
+    else:
+        _backend(kind).synchronize(dev)
+
+
+# --------------------------------------------------------------------------- memory counters
+
+
+def has_peak_memory_counter(device: str | torch.device) -> bool:
+    """True where torch keeps a peak-allocation counter (CUDA, XPU). MPS and the CPU have none:
+    there the suite samples or counts instead, and says so."""
+    return _parse(device).type in ("cuda", "xpu")
+
+
+def memory_allocated(device: str | torch.device) -> int:
+    """Bytes held by tensors on `device` now (the caching allocator's count; MPS: Metal's)."""
+    dev = as_device(device)
+    if dev.type == "mps":
+        return int(torch.mps.current_allocated_memory())
+    if dev.type in ("cuda", "xpu"):
+        return int(_backend(dev.type).memory_allocated(dev))
+    raise ValueError(f"memory_allocated: {device!r} has no allocator counter (the CPU: use process RSS)")
+
+
+def reset_peak_memory(device: str | torch.device) -> None:
+    """Start a new peak-memory measurement on a CUDA/XPU device (see `has_peak_memory_counter`)."""
+    dev = as_device(device)
+    if not has_peak_memory_counter(dev):
+        raise ValueError(f"reset_peak_memory: {dev.type} has no peak-memory counter")
+    _backend(dev.type).reset_peak_memory_stats(dev)
+
+
+def max_memory_allocated(device: str | torch.device) -> int:
+    """Peak bytes held by tensors on a CUDA/XPU device since `reset_peak_memory`."""
+    dev = as_device(device)
+    if not has_peak_memory_counter(dev):
+        raise ValueError(f"max_memory_allocated: {dev.type} has no peak-memory counter")
+    return int(_backend(dev.type).max_memory_allocated(dev))
+
+
+def empty_cache(device: str | torch.device | None = None) -> None:
+    """Give cached, unused accelerator memory back to the driver (nothing to do on the CPU)."""
+    kind = accelerator() if device is None else _parse(device).type
+    if kind in GPU_TYPES:
+        _backend(kind).empty_cache()
+
+
+def pin_memory_useful(device: str | torch.device | None = None) -> bool:
+    """Page-locked host memory speeds host-to-device copies on CUDA (and XPU). On an Apple GPU
+    host and device share one memory, so there is nothing to pin."""
+    kind = accelerator() if device is None else _parse(device).type
+    return kind in ("cuda", "xpu")
+
+
+def autocast_dtypes(device: str | torch.device) -> list[torch.dtype]:
+    """The reduced-precision dtypes autocast can use on `device` here (fp16 first where it is fast)."""
+    dev = _parse(device)
+    if dev.type == "cpu":
+        return [torch.bfloat16]
+    if dev.type == "cuda":
+        return [torch.float16] + ([torch.bfloat16] if bf16_supported(dev) else [])
+    if dev.type == "mps":
+        return [torch.float16] + ([torch.bfloat16] if bf16_supported(dev) else [])
+    return [torch.float16, torch.bfloat16]  # xpu
 
 
 def bf16_supported(device: str | torch.device = "cpu") -> bool:
-    """True when `device` advertises bf16 arithmetic (GPU: native support; CPU: the avx512_bf16
-    or amx_bf16 instruction flags). Whether PyTorch's kernels actually run faster in bf16 on a
-    given CPU is another matter: notebook 07 measures it instead of trusting the flag."""
+    """True when `device` advertises bf16 arithmetic (CUDA: native support; MPS: macOS 14 or newer;
+    CPU: the avx512_bf16 or amx_bf16 instruction flags). Whether PyTorch's kernels actually run
+    faster in bf16 on a given device is another matter: notebook 07 measures it instead of
+    trusting the flag."""
     dev = _parse(device)
     if dev.type == "cuda":
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
+    if dev.type == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        newer = getattr(mps, "is_macos_or_newer", None)
+        return bool(_mps_available() and newer is not None and newer(14, 0))
+    if dev.type == "xpu":
+        return _xpu_available() and bool(torch.xpu.is_bf16_supported())
     flags = _cpu_flags()
     return bool({"avx512_bf16", "amx_bf16"} & flags)
 
@@ -117,24 +262,37 @@ def _cpu_name() -> str:
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    if platform.system() == "Darwin":  # 'Apple M2 Pro': the chip, CPU and GPU in one
+        try:
+            out = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True,
+                                 text=True, timeout=5, check=False).stdout.strip()
+            if out:
+                return out
+        except (OSError, subprocess.SubprocessError):
+            pass
     return platform.processor() or platform.machine()
 
 
+def _gpu_info(kind: str, i: int) -> dict[str, Any]:
+    """One accelerator's entry in `hardware_summary()["gpus"]`."""
+    if kind == "mps":
+        ram = psutil.virtual_memory().total
+        rec = getattr(torch.mps, "recommended_max_memory", None)
+        return {"index": 0, "type": "mps", "name": f"{_cpu_name()} GPU (Metal)",
+                "memory_gib": round((rec() if rec else ram) / 2**30, 1), "unified_memory": True,
+                "capability": None, "multiprocessors": None, "bf16": bf16_supported("mps")}
+    p = _backend(kind).get_device_properties(i)
+    return {"index": i, "type": kind, "name": p.name,
+            "memory_gib": round(p.total_memory / 2**30, 1), "unified_memory": False,
+            "capability": f"{p.major}.{p.minor}" if kind == "cuda" else None,
+            "multiprocessors": getattr(p, "multi_processor_count", None),
+            "bf16": bf16_supported(torch.device(kind, i))}
+
+
 def hardware_summary() -> dict[str, Any]:
-    """What this machine has: CPU, RAM, GPUs, CUDA, bf16 support, library versions."""
-    gpus = []
-    for i in range(num_gpus()):
-        p = torch.cuda.get_device_properties(i)
-        gpus.append(
-            {
-                "index": i,
-                "name": p.name,
-                "memory_gib": round(p.total_memory / 2**30, 1),
-                "capability": f"{p.major}.{p.minor}",
-                "multiprocessors": p.multi_processor_count,
-                "bf16": bf16_supported(f"cuda:{i}"),
-            }
-        )
+    """What this machine has: CPU, RAM, GPUs (CUDA, Apple MPS, Intel XPU), bf16, library versions."""
+    kind = accelerator()
+    gpus = [_gpu_info(kind, i) for i in range(num_gpus())] if kind else []
     return {
         "cpu": _cpu_name(),
         "cpu_cores_logical": os.cpu_count(),
@@ -143,8 +301,10 @@ def hardware_summary() -> dict[str, Any]:
         "ram_gib": round(psutil.virtual_memory().total / 2**30, 1),
         "cpu_bf16_instructions": bf16_supported("cpu"),
         "torch_threads": torch.get_num_threads(),
+        "accelerator": kind,
         "gpus": gpus,
-        "cuda_available": torch.cuda.is_available(),
+        "cuda_available": kind == "cuda",
+        "mps_available": kind == "mps",
         "cuda_version": torch.version.cuda,
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "python": platform.python_version(),
@@ -163,19 +323,22 @@ def describe_hardware(summary: dict[str, Any] | None = None) -> str:
                "torch", "cuda_version", "torch_threads", "gpus"} - set(s)
     if missing:
         raise ValueError(f"describe_hardware: summary lacks {sorted(missing)}; pass hardware_summary()'s dict")
+    build = f"CUDA build {s['cuda_version']}" if s["cuda_version"] else "no CUDA in this build"
     lines = [
         f"CPU   : {s['cpu']} ({s['cpu_cores_usable']} usable cores, {s['cpu_cores_logical']} logical)",
         f"RAM   : {s['ram_gib']} GiB",
         f"bf16  : CPU advertises bf16 instructions = {s['cpu_bf16_instructions']} "
         "(whether that makes training faster is measured, not assumed: notebook 07)",
-        f"torch : {s['torch']} (CUDA build {s['cuda_version']}), {s['torch_threads']} intra-op threads",
+        f"torch : {s['torch']} ({build}), {s['torch_threads']} intra-op threads",
     ]
     if s["gpus"]:
         for g in s["gpus"]:
-            lines.append(
-                f"GPU {g['index']} : {g['name']}, {g['memory_gib']} GiB, "
-                f"compute capability {g['capability']}, bf16={g['bf16']}"
-            )
+            if g.get("unified_memory"):
+                lines.append(f"GPU {g['index']} : {g['name']}, unified memory shared with the CPU "
+                             f"({g['memory_gib']} GiB usable by the GPU), bf16={g['bf16']}")
+            else:
+                cap = f", compute capability {g['capability']}" if g.get("capability") else ""
+                lines.append(f"GPU {g['index']} : {g['name']}, {g['memory_gib']} GiB{cap}, bf16={g['bf16']}")
     else:
         lines.append("GPU   : none found - every experiment runs on the CPU and says so")
     text = "\n".join(lines)
@@ -184,8 +347,13 @@ def describe_hardware(summary: dict[str, Any] | None = None) -> str:
 
 
 def device_name(device: str | torch.device | None = None) -> str:
-    """'NVIDIA H100 80GB HBM3' for a GPU, the CPU's model name otherwise."""
+    """'NVIDIA H100 80GB HBM3' for a GPU, 'Apple M2 Pro GPU (Metal)' on a Mac, the CPU's model
+    name otherwise."""
     dev = as_device(device)
     if dev.type == "cuda":
         return torch.cuda.get_device_name(dev)
+    if dev.type == "mps":
+        return f"{_cpu_name()} GPU (Metal)"
+    if dev.type == "xpu":
+        return torch.xpu.get_device_name(dev)
     return _cpu_name()

@@ -336,17 +336,33 @@ def _reader(idx: int, pipe: Any, q: queue.Queue) -> None:
     q.put((idx, None))
 
 
-def _kill_group(p: subprocess.Popen, sig: int) -> None:
+def _kill_group(p: subprocess.Popen, hard: bool) -> None:
+    """End the worker and every process it started: SIGTERM (or SIGKILL when `hard`) to its own
+    session on POSIX; on Windows, which has neither `os.killpg` nor SIGKILL, psutil walks the tree."""
+    if hasattr(os, "killpg"):
+        try:
+            os.killpg(p.pid, signal.SIGKILL if hard else signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
+        return
+    import psutil
+
     try:
-        os.killpg(p.pid, sig)  # the worker's own session: it and any children it started
-    except (ProcessLookupError, PermissionError):
-        pass
+        root = psutil.Process(p.pid)
+        tree = [*root.children(recursive=True), root]
+    except psutil.Error:
+        return
+    for proc in tree:
+        try:
+            proc.kill() if hard else proc.terminate()
+        except psutil.Error:
+            pass
 
 
 def _stop_all(procs: list[subprocess.Popen], grace: float = 3.0) -> None:
     for p in procs:
         if p.poll() is None:
-            _kill_group(p, signal.SIGTERM)
+            _kill_group(p, hard=False)
     deadline = time.monotonic() + grace
     for p in procs:
         try:
@@ -354,7 +370,7 @@ def _stop_all(procs: list[subprocess.Popen], grace: float = 3.0) -> None:
         except subprocess.TimeoutExpired:
             pass
     for p in procs:
-        _kill_group(p, signal.SIGKILL)  # also reaps grandchildren left in the group
+        _kill_group(p, hard=True)  # also reaps grandchildren left in the group
         try:
             p.wait(timeout=5)
         except subprocess.TimeoutExpired:

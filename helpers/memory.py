@@ -25,6 +25,8 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from . import devices
+
 
 def tensor_bytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
@@ -93,15 +95,15 @@ def step_memory(net: nn.Module, X: torch.Tensor, y: torch.Tensor,
     loss_fn = loss_fn or nn.CrossEntropyLoss()
     dev = X.device
     params = sum(tensor_bytes(p) for p in net.parameters())
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
-        torch.cuda.reset_peak_memory_stats(dev)
+    if devices.has_peak_memory_counter(dev):  # CUDA, XPU; MPS and the CPU count instead
+        devices.synchronize(dev)
+        devices.reset_peak_memory(dev)
         loss = loss_fn(net(X), y)
         loss.backward()
-        torch.cuda.synchronize(dev)
-        peak = int(torch.cuda.max_memory_allocated(dev))
+        devices.synchronize(dev)
+        peak = devices.max_memory_allocated(dev)
         net.zero_grad(set_to_none=True)
-        return {"peak_bytes": peak, "method": "cuda max_memory_allocated"}
+        return {"peak_bytes": peak, "method": f"{dev.type} max_memory_allocated"}
     with SavedTensors() as saved:
         loss = loss_fn(net(X), y)
     activations = saved.saved_bytes()

@@ -11,18 +11,32 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def in_checkout() -> bool:
+    """True when the helpers run from a clone of the suite (editable install or PYTHONPATH), False
+    when pip installed them into site-packages (Colab, Kaggle, `pip install` of the project)."""
+    return not {"site-packages", "dist-packages"} & set(ROOT.parts)
+
+
+def _base() -> Path:
+    # An installed package must not write data sets and results into site-packages: it uses the
+    # working directory instead (/content on Colab, /kaggle/working on Kaggle).
+    return ROOT if in_checkout() else Path.cwd()
+
+
 def _dir(env: str, default: Path) -> Path:
     return Path(os.environ.get(env, default)).resolve()
 
 
 def data_dir() -> Path:
-    """Data sets, real or synthetic (`FTG_DATA_DIR`, default `<repo>/data`)."""
-    return _dir("FTG_DATA_DIR", ROOT / "data")
+    """Data sets, real or synthetic (`FTG_DATA_DIR`, default `<repo>/data`, or `./data` when the
+    helpers are installed rather than in a clone)."""
+    return _dir("FTG_DATA_DIR", _base() / "data")
 
 
 def build_dir() -> Path:
-    """Executed notebooks, results, traces and the report (`FTG_BUILD_DIR`, default `<repo>/build`)."""
-    return _dir("FTG_BUILD_DIR", ROOT / "build")
+    """Executed notebooks, results, traces and the report (`FTG_BUILD_DIR`, default `<repo>/build`,
+    or `./build` when the helpers are installed rather than in a clone)."""
+    return _dir("FTG_BUILD_DIR", _base() / "build")
 
 
 def results_dir() -> Path:

@@ -28,7 +28,7 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms as T
 
-from . import data, paths, synthetic
+from . import data, devices, paths, synthetic
 from .devices import as_device
 
 # Per-channel statistics of the real CIFAR-10 training set (the usual constants).
@@ -201,7 +201,7 @@ def make_loader(dataset: Dataset, *, batch_size: int, num_workers: int = 0, shuf
         raise ValueError("dataset is empty")
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
     return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, num_workers=num_workers,
-                      pin_memory=pin_memory and torch.cuda.is_available(),
+                      pin_memory=pin_memory and devices.pin_memory_useful(),
                       prefetch_factor=prefetch_factor, persistent_workers=persistent_workers,
                       multiprocessing_context=multiprocessing_context, drop_last=drop_last,
                       generator=generator)
@@ -228,8 +228,8 @@ def consume(batches: Iterable, device: str | torch.device | None = None,
             time.sleep(step_seconds)
         if limit is not None and i + 1 >= limit:
             break
-    if dev is not None and dev.type == "cuda":
-        torch.cuda.synchronize(dev)
+    if dev is not None:
+        devices.synchronize(dev)
     return n
 
 

@@ -7,7 +7,8 @@ A notebook's parameters cell reads the active profile and picks each size from i
     P.describe()   # says what the smoke profile shrank
 
 The profile comes from the `FTG_PROFILE` environment variable; `auto` (the default) picks
-`full` when a CUDA GPU is present and `smoke` otherwise.
+`full` when a GPU is present (CUDA, an Apple GPU through MPS, or XPU; on Colab or Kaggle the
+free T4 counts) and `smoke` otherwise.
 """
 
 from __future__ import annotations
@@ -31,9 +32,9 @@ def resolve(name: str | None = None) -> str:
     if name not in _CHOICES:
         raise ValueError(f"unknown profile {name!r}: valid profiles are {', '.join(_CHOICES)}")
     if name == "auto":
-        import torch
+        from helpers import devices
 
-        return "full" if torch.cuda.is_available() else "smoke"
+        return "full" if devices.accelerator() else "smoke"
     return name
 
 

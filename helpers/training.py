@@ -111,15 +111,18 @@ def resolve_precision(precision: str, device: str | torch.device, *, warn: bool 
                 raise ValueError(f"precision='fp16' needs a GPU of compute capability >= 5.3; "
                                  f"{devices.device_name(dev)} has {major}.{minor}: use 'fp32'")
             return PrecisionPlan(p, "fp16", torch.float16, True)
+        if dev.type in ("mps", "xpu"):  # autocast and GradScaler exist on both
+            return PrecisionPlan(p, "fp16", torch.float16, True)
         note = ("precision='fp16' asked for on the CPU: fp16 autocast with a GradScaler is a GPU "
                 "technique, so training falls back to fp32 here (use 'bf16' on CPUs with bf16 hardware)")
         if warn:
             warnings.warn(note, UserWarning, stacklevel=3)
         return PrecisionPlan(p, "fp32", None, False, note)
     # bf16
-    if dev.type == "cuda":
+    if dev.type in ("cuda", "mps", "xpu"):
         if not devices.bf16_supported(dev):
-            raise ValueError(f"precision='bf16' needs a GPU with bf16 support (Ampere or newer); "
+            raise ValueError(f"precision='bf16' needs a GPU with bf16 support (NVIDIA Ampere or newer, "
+                             f"an Apple GPU on macOS 14 or newer); "
                              f"{devices.device_name(dev)} has none: use 'fp16' or 'fp32'")
         return PrecisionPlan(p, "bf16", torch.bfloat16, False)
     note = ""
@@ -208,24 +211,28 @@ class _PeakMemory:
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
-        self.kind = ("cuda max_memory_allocated" if device.type == "cuda"
+        self.exact = devices.has_peak_memory_counter(device)
+        self.kind = (f"{device.type} max_memory_allocated" if self.exact
+                     else "mps current_allocated_memory, sampled" if device.type == "mps"
                      else "process RSS, sampled")
         self._proc = psutil.Process()
         self.peak = 0
 
     def reset(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(self.device)
+        if self.exact:
+            devices.reset_peak_memory(self.device)
         self.peak = 0
         self.sample()
 
     def sample(self) -> None:
-        if self.device.type != "cuda":
+        if self.device.type == "mps":  # no peak counter on MPS: sample Metal's allocation
+            self.peak = max(self.peak, devices.memory_allocated(self.device))
+        elif not self.exact:
             self.peak = max(self.peak, self._proc.memory_info().rss)
 
     def read(self) -> int:
-        if self.device.type == "cuda":
-            return int(torch.cuda.max_memory_allocated(self.device))
+        if self.exact:
+            return devices.max_memory_allocated(self.device)
         self.sample()
         return int(self.peak)
 

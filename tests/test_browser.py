@@ -44,7 +44,7 @@ if not CHROMIUM.exists():
 sync_api = pytest.importorskip(
     "playwright.sync_api",
     reason="browser test skipped: the `playwright` Python package is missing "
-           "(`pip install -r requirements.txt`)")
+           "(`pip install -r requirements-dev.txt`)")
 
 # JavaScript run in the page (JupyterLab exposes its app object as `window.jupyterapp` with
 # --LabApp.expose_app_in_browser). The checks read the notebook *model*, not only the DOM.

@@ -1,20 +1,132 @@
+"""Device logic for CUDA, Apple MPS and the CPU. This machine has no GPU, so the accelerator
+backends are faked with monkeypatch: `torch.accelerator` (what the helpers ask first), and
+`torch.backends.mps` / `torch.mps` (the MPS-specific counters). Until these paths run on a Mac,
+this is how the MPS code is tested."""
+
+import types
+
 import pytest
 import torch
 
-from helpers import devices
+from helpers import devices, memory, profiles, training
+
+
+def fake_accelerator(monkeypatch, kind, count=1, synced=None):
+    """Make torch report `kind` ('cuda', 'mps' or None) with `count` devices."""
+    acc = types.SimpleNamespace(
+        is_available=lambda: kind is not None,
+        current_accelerator=lambda check_available=False: torch.device(kind) if kind else None,
+        device_count=lambda: count if kind else 0,
+        synchronize=lambda device=None: synced.append(device) if synced is not None else None,
+    )
+    monkeypatch.setattr(torch, "accelerator", acc)
+    return acc
+
+
+@pytest.fixture
+def mps(monkeypatch):
+    """An Apple GPU: torch.accelerator says mps, torch.backends.mps says available, macOS 14."""
+    synced: list = []
+    fake_accelerator(monkeypatch, "mps", 1, synced)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    monkeypatch.setattr(torch.backends.mps, "is_macos_or_newer", lambda major, minor: (14, 0) >= (major, minor),
+                        raising=False)
+    monkeypatch.setattr(torch.mps, "current_allocated_memory", lambda: 123 * 2**20)
+    monkeypatch.setattr(torch.mps, "recommended_max_memory", lambda: 12 * 2**30, raising=False)
+    monkeypatch.setattr(devices, "_cpu_name", lambda: "Apple M2 Pro")
+    return synced
 
 
 def test_try_all_gpus_returns_cpu_without_gpus(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    fake_accelerator(monkeypatch, None)
+    assert devices.accelerator() is None
     assert devices.try_all_gpus() == [torch.device("cpu")]
     assert devices.try_gpu() == torch.device("cpu")
+    assert devices.num_gpus() == 0
 
 
-def test_try_gpu_with_fake_gpus(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+def test_try_gpu_with_fake_cuda_gpus(monkeypatch):
+    fake_accelerator(monkeypatch, "cuda", 2)
     assert devices.try_gpu(1) == torch.device("cuda:1")
     assert devices.try_gpu(2) == torch.device("cpu")
     assert devices.try_all_gpus() == [torch.device("cuda:0"), torch.device("cuda:1")]
+
+
+def test_mps_is_the_gpu_on_an_apple_machine(mps):
+    assert devices.accelerator() == "mps"
+    assert devices.try_gpu() == torch.device("mps")
+    assert devices.try_gpu(1) == torch.device("cpu")  # one Apple GPU
+    assert devices.try_all_gpus() == [torch.device("mps")]
+    assert devices.as_device("mps") == torch.device("mps")
+    with pytest.raises(ValueError, match="no CUDA GPU"):
+        devices.as_device("cuda")
+
+
+def test_synchronize_follows_the_device(mps):
+    devices.synchronize(torch.device("cpu"))
+    assert mps == []  # the CPU has nothing to wait for
+    devices.synchronize("mps")
+    devices.synchronize()
+    assert mps == [torch.device("mps"), None]
+
+
+def test_mps_memory_counters_and_autocast(mps):
+    assert not devices.has_peak_memory_counter("mps")
+    assert devices.memory_allocated("mps") == 123 * 2**20
+    with pytest.raises(ValueError, match="no peak-memory counter"):
+        devices.max_memory_allocated("mps")
+    assert not devices.pin_memory_useful()  # unified memory: nothing to pin
+    assert devices.bf16_supported("mps")
+    assert devices.autocast_dtypes("mps") == [torch.float16, torch.bfloat16]
+    plan = training.resolve_precision("fp16", "mps")
+    assert plan.autocast_dtype == torch.float16 and plan.use_scaler
+    assert training.resolve_precision("bf16", "mps").autocast_dtype == torch.bfloat16
+    peak = training._PeakMemory(torch.device("mps"))
+    peak.reset()
+    assert peak.read() == 123 * 2**20 and "mps" in peak.kind
+
+
+def test_mps_without_bf16_refuses_bf16(mps, monkeypatch):
+    monkeypatch.setattr(torch.backends.mps, "is_macos_or_newer", lambda major, minor: False, raising=False)
+    assert devices.autocast_dtypes("mps") == [torch.float16]
+    with pytest.raises(ValueError, match="bf16 support"):
+        training.resolve_precision("bf16", "mps")
+
+
+def test_step_memory_on_mps_counts_instead_of_faking_a_peak(mps):
+    net = torch.nn.Linear(4, 2)
+    m = memory.step_memory(net, torch.randn(3, 4), torch.tensor([0, 1, 0]))
+    assert m["method"].startswith("cpu count")  # tensors here are on the CPU: the count is exact
+
+
+def test_hardware_summary_names_the_apple_chip_and_unified_memory(mps):
+    s = devices.hardware_summary()
+    assert s["accelerator"] == "mps" and s["mps_available"] and not s["cuda_available"]
+    (g,) = s["gpus"]
+    assert g["name"] == "Apple M2 Pro GPU (Metal)" and g["unified_memory"] and g["memory_gib"] == 12.0
+    text = devices.describe_hardware(s)
+    assert "unified memory" in text and "Apple M2 Pro" in text
+    assert devices.device_name("mps") == "Apple M2 Pro GPU (Metal)"
+
+
+def test_auto_profile_follows_the_device(monkeypatch, mps):
+    assert profiles.resolve("auto") == "full"
+    fake_accelerator(monkeypatch, None)
+    assert profiles.resolve("auto") == "smoke"
+
+
+def test_fallback_without_torch_accelerator(monkeypatch):
+    """torch < 2.6 has no torch.accelerator: the per-backend checks decide."""
+    monkeypatch.delattr(torch, "accelerator")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    monkeypatch.setattr(torch.mps, "synchronize", lambda: calls.append("mps"))
+    calls: list = []
+    assert devices.accelerator() == "mps" and devices.num_gpus() == 1
+    devices.synchronize("mps")
+    assert calls == ["mps"]
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    assert devices.accelerator() is None and devices.try_gpu() == torch.device("cpu")
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, "0", True])
@@ -27,7 +139,7 @@ def test_as_device():
     assert devices.as_device("cpu") == torch.device("cpu")
     with pytest.raises(ValueError, match="'cpu', 'cuda'"):
         devices.as_device("tpu")
-    if not torch.cuda.is_available():
+    if devices.accelerator() != "cuda":
         with pytest.raises(ValueError, match="no CUDA GPU"):
             devices.as_device("cuda")
 
@@ -37,7 +149,7 @@ def test_hardware_summary_has_what_the_report_needs():
     for key in ("cpu", "cpu_cores_usable", "ram_gib", "gpus", "cuda_version", "cpu_bf16_instructions", "torch"):
         assert key in s
     assert s["cpu_cores_usable"] >= 1 and s["ram_gib"] > 0
-    assert len(s["gpus"]) == torch.cuda.device_count()
+    assert len(s["gpus"]) == devices.num_gpus()
     text = devices.describe_hardware(s)
     assert "RAM" in text and ("GPU 0" in text or "none found" in text)
 

@@ -1,6 +1,7 @@
 """The pip requirements and the conda environment must agree on every package and pin."""
 
 import re
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,8 +31,56 @@ def test_environment_yml_matches_requirements():
 def test_required_pins():
     req = _pins((ROOT / "requirements.txt").read_text().splitlines())
     assert req["torch"] == "2.14.1" and req["torchvision"] == "0.29.1"
-    for pkg in ("jupyterlab", "ipywidgets", "matplotlib", "nbval", "pytest", "ruff", "nbstripout"):
+    for pkg in ("jupyterlab", "ipywidgets", "matplotlib"):
         assert pkg in req, pkg
+    dev = _pins((ROOT / "requirements-dev.txt").read_text().splitlines())
+    for pkg in ("nbval", "pytest", "ruff", "nbstripout", "playwright"):
+        assert pkg in dev and pkg not in req, pkg
     nodeps = _pins((ROOT / "requirements-nodeps.txt").read_text().splitlines())
     assert nodeps == {"d2l": "1.0.3"}
-    assert "requirements-nodeps.txt" in (ROOT / "environment.yml").read_text()
+    assert "scripts/install_d2l.py" in (ROOT / "environment.yml").read_text()
+
+
+def _project() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def _bounds(specs) -> dict:
+    out = {}
+    for spec in specs:
+        m = re.fullmatch(r"([A-Za-z0-9_.\-]+)\s*>=\s*([^\s,;]+)", spec)
+        assert m, f"pyproject dependency without a plain lower bound: {spec!r}"
+        out[m.group(1).lower()] = m.group(2)
+    return out
+
+
+def test_lower_bounds_are_the_versions_make_test_compat_installs():
+    """Every lower bound in pyproject.toml is tested: requirements-compat.txt pins exactly it."""
+    project = _project()
+    bounds = _bounds(project["dependencies"]) | _bounds(project["optional-dependencies"]["d2l"])
+    compat = _pins(ln.replace("===", "==") for ln in (ROOT / "requirements-compat.txt").read_text().splitlines())
+    req = _pins((ROOT / "requirements.txt").read_text().splitlines())
+    extra = {k: v for k, v in compat.items() if k not in bounds}
+    assert all(req.get(k) == v for k, v in extra.items()), f"compat lines that are neither bounds nor lock pins: {extra}"
+    compat = {k: v for k, v in compat.items() if k in bounds}
+    assert bounds == compat, {"bound, not tested": bounds.keys() - compat.keys(),
+                              "tested, not a bound": compat.keys() - bounds.keys(),
+                              "differ": {k: (bounds[k], compat[k]) for k in bounds.keys() & compat.keys()
+                                         if bounds[k] != compat[k]}}
+    assert {"torch", "torchvision", "numpy", "matplotlib", "ipywidgets", "tqdm", "psutil"} <= bounds.keys()
+    # the exact lock satisfies the bounds
+    for name, low in bounds.items():
+        if name in req:
+            assert _version(req[name]) >= _version(low), (name, req[name], low)
+
+
+def _version(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", v.split("+")[0])[:3])
+
+
+def test_dev_tools_are_an_extra_not_runtime_dependencies():
+    project = _project()
+    runtime = set(_bounds(project["dependencies"]))
+    assert not {"pytest", "nbval", "ruff", "playwright", "nbstripout", "d2l"} & runtime
+    assert set(project["optional-dependencies"]["dev"]) == set(
+        _pins((ROOT / "requirements-dev.txt").read_text().splitlines()))

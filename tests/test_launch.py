@@ -269,3 +269,23 @@ def test_ranks_end_within_seconds_when_their_launcher_dies(tmp_path):
             p.kill()
         p.wait()
         (out / "release").touch()
+
+
+def test_stop_all_ends_the_process_tree_without_killpg(monkeypatch):
+    """Windows has no os.killpg and no SIGKILL: the launcher ends the tree through psutil."""
+    code = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']);"
+            " time.sleep(60)")
+    p = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not psutil.Process(p.pid).children() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        (child,) = psutil.Process(p.pid).children()
+        monkeypatch.delattr(os, "killpg")
+        launch._stop_all([p], grace=0.5)
+        assert p.poll() is not None
+        child.wait(timeout=10)
+        assert not child.is_running()
+    finally:
+        if p.poll() is None:
+            p.kill()

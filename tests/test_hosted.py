@@ -1,0 +1,175 @@
+"""Colab / Kaggle: the setup cell, the badges, and a notebook run the way a hosted service runs it.
+
+The hosted run: a fresh virtual environment that has torch, torchvision and the Jupyter kernel
+(and what they depend on) but not the project's environment; the notebook copied alone into an
+empty folder; its setup cell installing the helpers from a copy of this clone (`FTG_SOURCE`)
+instead of the network. To stay fast the fresh environment does not reinstall torch (gigabytes):
+it sees exactly the closure of torch + torchvision + ipykernel through symlinks to the installed
+packages, listed in a `.pth` file, and nothing else; whatever else the notebook needs must come
+from the setup cell (which pip installs into the fresh environment from the package index).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import nbformat
+import pytest
+from packaging.requirements import Requirement
+
+from helpers import paths, setup_cell
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def test_every_notebook_starts_with_the_setup_cell_and_has_badges():
+    code = setup_cell.source()
+    for nb_path in NOTEBOOKS:
+        nb = nbformat.read(nb_path, as_version=4)
+        first = nb.cells[0]
+        assert first.cell_type == "code" and first.source == code, \
+            f"{nb_path.name}: first cell is not the setup cell (run `python -m helpers.setup_cell`)"
+        header = next(c for c in nb.cells if c.cell_type == "markdown")
+        assert setup_cell.badges(nb_path.name) in header.source, f"{nb_path.name}: no Colab/Kaggle badges"
+
+
+def test_setup_cell_reads_the_one_repository_url_and_version():
+    repo = PYPROJECT["urls"]["Repository"]
+    assert repo.startswith("https://github.com/")
+    code = setup_cell.source()
+    assert f'REPOSITORY = "{repo}"' in code and f'VERSION = "{PYPROJECT["version"]}"' in code
+    assert "torch" not in [w.strip('",') for w in code.split() if w.startswith('"')]
+    readme = (ROOT / "README.md").read_text()
+    assert "colab-badge.svg" in readme and "open-in-kaggle.svg" in readme
+    assert repo.removeprefix("https://github.com/") in readme
+    where = readme.split("## Where to run it", 1)[1].split("\n## ", 1)[0]
+    for place in ("Linux + NVIDIA GPU", "Mac with Apple silicon (MPS)", "Google Colab", "Kaggle", "CPU only",
+                  "Windows"):
+        assert f"| {place}" in where, f"README's 'Where to run it' table lacks {place}"
+    for nb_path in NOTEBOOKS:
+        assert setup_cell.badges(nb_path.name) in readme, f"README lacks the badges of {nb_path.name}"
+
+
+def test_installed_helpers_write_data_and_results_in_the_working_directory(tmp_path, monkeypatch):
+    monkeypatch.delenv("FTG_DATA_DIR", raising=False)
+    monkeypatch.delenv("FTG_BUILD_DIR", raising=False)
+    monkeypatch.setattr(paths, "ROOT", tmp_path / "site-packages")  # no pyproject, no notebooks/
+    monkeypatch.chdir(tmp_path)
+    assert not paths.in_checkout()
+    assert paths.data_dir() == tmp_path / "data" and paths.build_dir() == tmp_path / "build"
+    monkeypatch.setattr(paths, "ROOT", ROOT)
+    assert paths.in_checkout() and paths.data_dir() == ROOT / "data"
+
+
+def _closure(names: list[str]) -> set[str]:
+    """The installed distributions `names` need, recursively (extras not included)."""
+    seen: set[str] = set()
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        dist = md.distribution(name)
+        key = dist.metadata["Name"].lower().replace("_", "-")
+        if key in seen:
+            continue
+        seen.add(key)
+        for r in dist.requires or []:
+            req = Requirement(r)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                todo.append(req.name)
+    return seen
+
+
+def _overlay(dists: set[str], dest: Path) -> None:
+    """Symlink the top-level files and folders of each distribution into `dest`."""
+    dest.mkdir()
+    for name in dists:
+        dist = md.distribution(name)
+        base = Path(dist.locate_file(""))
+        for f in dist.files or []:
+            top = f.parts[0]
+            if top == ".." or top.endswith(".pth") or top == "__pycache__":
+                continue
+            link = dest / top
+            if not link.exists():
+                link.symlink_to(base / top)
+
+
+@pytest.fixture(scope="module")
+def hosted_python(tmp_path_factory) -> Path:
+    """A fresh venv that sees only torch, torchvision, ipykernel and their dependencies."""
+    root = tmp_path_factory.mktemp("hosted")
+    subprocess.run([sys.executable, "-m", "venv", str(root / "venv")], check=True)
+    py = root / "venv" / "bin" / "python"
+    site = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    dists = _closure(["torch", "torchvision", "ipykernel"])
+    assert "feed-the-gpu" not in dists and "pandas" not in dists
+    _overlay(dists, root / "preinstalled")
+    (site / "preinstalled.pth").write_text(str(root / "preinstalled") + "\n")
+    # the clone, as git has it (a copy: pip builds in the source folder)
+    clone = root / "clone"
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
+                           text=True, check=True).stdout.split()
+    for f in files:
+        if (ROOT / f).is_file():
+            (clone / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / f, clone / f)
+    kernels = root / "jupyter" / "kernels" / "hosted"
+    kernels.mkdir(parents=True)
+    (kernels / "kernel.json").write_text(json.dumps(
+        {"argv": [str(py), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+         "display_name": "hosted", "language": "python"}))
+    return root
+
+
+@pytest.mark.parametrize("name", ["00_your_machine_and_timing", "04_batch_size_and_accumulation",
+                                  "12_capstone"])
+def test_notebook_runs_from_an_empty_folder_with_only_the_setup_cell(hosted_python, tmp_path, name):
+    from nbclient import NotebookClient
+
+    work = tmp_path / "content"  # Colab's working directory, empty but for the notebook
+    work.mkdir()
+    shutil.copy2(ROOT / "notebooks" / f"{name}.ipynb", work)
+    venv = hosted_python / "venv"
+    if (venv / "installed").exists():  # each notebook gets the bare environment again
+        subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "uninstall", "-q", "-y",
+                        *(venv / "installed").read_text().split()], check=True)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "FTG_DATA_DIR", "FTG_BUILD_DIR", "VIRTUAL_ENV")}
+    env |= {"FTG_SOURCE": str(hosted_python / "clone"), "FTG_PROFILE": "smoke", "FTG_OFFLINE": "1",
+            "JUPYTER_PATH": str(hosted_python / "jupyter"), "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
+    before = _pip_list(venv)
+    nb = nbformat.read(work / f"{name}.ipynb", as_version=4)
+    old = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        NotebookClient(nb, kernel_name="hosted", timeout=600, resources={"metadata": {"path": str(work)}}).execute()
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+        (venv / "installed").write_text(" ".join(_pip_list(venv) - before))
+    setup_out = "".join(o.get("text", "") for o in nb.cells[0].outputs)
+    assert "Installed the suite's helpers from" in setup_out, setup_out
+    assert "feed-the-gpu" in _pip_list(venv) - before
+    assert not {"torch", "torchvision"} & (_pip_list(venv) - before), "the setup cell touched torch"
+    assert (work / "build").is_dir(), "results should land in the working directory"
+    site = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    assert not (site / "data").exists() and not (site / "build").exists()
+
+
+def _pip_list(venv: Path) -> set[str]:
+    out = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "list", "--path",
+                          str(venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"),
+                          "--format=freeze", "--disable-pip-version-check"],
+                         capture_output=True, text=True, check=True).stdout
+    return {ln.split("==")[0].lower() for ln in out.splitlines() if "==" in ln}
