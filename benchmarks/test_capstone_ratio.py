@@ -1,4 +1,4 @@
-"""Issue 6's performance bars, as ratios measured side by side in one process.
+"""The capstone's performance bars, as ratios measured side by side in one process.
 
 - CPU (any machine): the d2l reference loop (ToTensor per sample, 4 DataLoader workers) is
   slower than the same training with the uint8 data set in memory, at a narrow width where the

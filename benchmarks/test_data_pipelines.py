@@ -1,4 +1,4 @@
-"""Issue 3's performance bar: (c) data resident on the device + batched augmentation feeds at
+"""The GPU data pipelines' performance bar: (c) data resident on the device + batched augmentation feeds at
 least 10x as many samples/s as (a) the PNG + DataLoader pipeline at its best worker count
 (on a CPU-only machine; >= 50x on a GPU). Ratios only, never absolute times.
 
