@@ -6,11 +6,15 @@ gradient all-reduce (gloo over loopback) and the shared memory bandwidth take th
 
 The machine may be shared with other programs, which steal cores from one configuration and
 not the other. So the two configurations are measured in alternation, up to `ROUNDS` times,
-and each is credited with its best step (the `timeit` rule: noise only ever adds time).
+and each is credited with its best step (the `timeit` rule: noise only ever adds time). A
+speed-up from a second core needs a second core that is free: when other programs kept more
+than a quarter of the machine busy all the while (measured between rounds, while this test
+runs nothing), the ratio says nothing about DDP, and the test skips, saying how busy it was.
 """
 
 from __future__ import annotations
 
+import psutil
 import pytest
 
 from helpers import launch
@@ -19,6 +23,12 @@ MODEL = ["--in-features", "256", "--hidden", "1024", "--depth", "3", "--batch", 
          "--steps-per-epoch", "8", "--warmup", "2"]
 ROUNDS = 5  # stops at the first round that reaches the target: costs nothing on a quiet machine
 TARGET = 1.5
+BUSY_ELSEWHERE = 0.25  # share of all cores other programs used while this test was idle
+
+
+def busy_elsewhere(seconds: float = 1.0) -> float:
+    """Share of the machine's CPU in use while this process and its children sleep."""
+    return psutil.cpu_percent(interval=seconds) / 100
 
 
 def best_samples_per_second(r: launch.LaunchResult) -> float:
@@ -31,7 +41,9 @@ def best_samples_per_second(r: launch.LaunchResult) -> float:
 @pytest.mark.benchmark
 def test_two_processes_beat_one_by_1_5x():
     best = {1: 0.0, 2: 0.0}
+    quietest = 1.0
     for _ in range(ROUNDS):
+        quietest = min(quietest, busy_elsewhere())
         for n in (1, 2):
             r = launch.launch("helpers.ddp_train", MODEL, nprocs=n, threads=1, backend="gloo",
                               stream=False, timeout=300)
@@ -41,4 +53,7 @@ def test_two_processes_beat_one_by_1_5x():
               f"ratio {ratio:.2f}x")
         if ratio >= TARGET:
             break
+    if ratio < TARGET and quietest > BUSY_ELSEWHERE:
+        pytest.skip(f"other programs kept {quietest:.0%} of the cores busy even at the quietest moment "
+                    f"(ratio {ratio:.2f}x): 2-process scaling needs a second free core")
     assert ratio >= TARGET, f"2-process DDP reached only {ratio:.2f}x one process (want >= {TARGET}x)"
