@@ -23,7 +23,6 @@ import json
 import os
 import time
 from collections.abc import Iterator
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from . import process_group
 from .ddp_train import build_model, make_dataset
 from .devices import synchronize
 from .launch import exit_rank, run_rank
@@ -224,15 +224,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         torch.set_num_threads(a.threads)
-        backend = a.backend
-        if backend == "auto":
-            backend = "nccl" if torch.cuda.device_count() > local_rank else "gloo"
-        if backend == "nccl":
-            torch.cuda.set_device(local_rank)
-            device = torch.device("cuda", local_rank)
-        else:
-            device = torch.device("cpu")
-        dist.init_process_group(backend, timeout=timedelta(seconds=a.init_timeout))
+        backend, device = process_group.rank_device(a.backend, local_rank)
+        process_group.init(backend, device=device, init_timeout=a.init_timeout)
         res: dict[str, Any] = {}
         if a.lesson in ("no_sync", "both"):
             res.update(_no_sync(a, rank, world, device))

@@ -190,14 +190,7 @@ def _train(a: argparse.Namespace, rank: int, world: int, local_rank: int,
     if world == 1 and "MASTER_ADDR" not in os.environ:  # plain `python -m helpers.ddp_train`
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0",
                           WORLD_SIZE="1")
-    backend = a.backend
-    if backend == "auto":
-        backend = "nccl" if torch.cuda.device_count() > local_rank else "gloo"
-    if backend == "nccl":
-        torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
-    else:
-        device = torch.device("cpu")
+    backend, device = process_group.rank_device(a.backend, local_rank)
     # the process group: the rendezvous must finish within --init-timeout (a missing rank fails
     # fast), each collective within --timeout; with NCCL this rank's GPU is bound to it
     process_group.init(backend, device=device, init_timeout=a.init_timeout, timeout=a.timeout)

@@ -42,6 +42,17 @@ def p2p_fallback(n_gpus: int, *, can_access: Callable[[int, int], bool] | None =
             "so NCCL copies through host memory (slower, but it runs)")
 
 
+def rank_device(backend: str, local_rank: int) -> tuple[str, torch.device]:
+    """(backend, device) of a data-parallel rank: 'auto' is nccl when this rank has a GPU of its
+    own, else gloo on the CPU; nccl binds the rank to its GPU."""
+    if backend == "auto":
+        backend = "nccl" if torch.cuda.device_count() > local_rank else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank)
+        return backend, torch.device("cuda", local_rank)
+    return backend, torch.device("cpu")
+
+
 def init(backend: str, *, device: torch.device, init_timeout: float, timeout: float = 300.0,
          rank: int | None = None, world_size: int | None = None) -> None:
     """Join the default process group from the torchrun environment (MASTER_ADDR, RANK, ...)."""
