@@ -442,18 +442,14 @@ def _fast_train(net: nn.Module, recipe: Recipe, d: CapstoneData, device: torch.d
     if test:
         test_iter = [(xb.float() / 255, yb) for xb, yb in
                      zip(d.x_test.split(1024), d.y_test.split(1024), strict=True)]
-    scheduler = None
-    if recipe.lr_schedule == "linear-decay":
-        total = num_epochs * (min(len(batches), max_batches) if max_batches else len(batches))
-
-        def scheduler(opt: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler:
-            return torch.optim.lr_scheduler.LinearLR(opt, 1.0, 0.0, total_iters=total)
+    # an epoch is at most max_batches (train's steps_per_epoch would go round a shorter epoch)
+    steps = min(len(batches), max_batches) if max_batches else None
     with backend_flags(recipe):  # its callers set them too; here for any direct use
         return training.train(net, batches, num_epochs=num_epochs, lr=recipe.lr, device=device,
+                              lr_schedule=recipe.lr_schedule,
                               precision=recipe.precision, channels_last=recipe.channels_last,
                               compile_model=recipe.compile or False, fused=recipe.fused,
-                              scheduler=scheduler, scheduler_interval="step",
-                              steps_per_epoch=max_batches, test_iter=test_iter, progress=False,
+                              steps_per_epoch=steps, test_iter=test_iter, progress=False,
                               on_step=on_step)
 
 

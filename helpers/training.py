@@ -1,4 +1,4 @@
-"""One plain training loop (and an evaluation loop) that the notebooks and the capstone share.
+"""The one general training loop (and an evaluation loop) that the notebooks and the capstone share.
 
     from helpers import training
     hist = training.train(net, train_iter, num_epochs=2, lr=0.1, device=device,
@@ -7,16 +7,20 @@
     hist.last.samples_per_s, hist["loss"], hist.steps     # per-epoch stats, logged steps
     training.evaluate(net, test_iter, device=device)       # {'loss', 'accuracy', 'samples'}
 
-Stable API (the capstone builds on it; add keyword arguments, never change these):
-
-`train(net, train_iter, *, num_epochs=1, lr=0.1, device=None, precision="fp32",
-accum_steps=1, channels_last=False, compile_model=False, optimizer=None, fused=False,
-scheduler=None, scheduler_interval="epoch", loss_fn=None, log_every=0, steps_per_epoch=None,
-test_iter=None, progress=True, live_plot=False, tensorboard=None, on_step=None) -> History`
+`train(net, train_iter, *, num_epochs=1, lr=0.1, momentum=0.0, lr_schedule="constant",
+device=None, precision="fp32", accum_steps=1, channels_last=False, compile_model=False,
+fused=False, log_every=0, steps_per_epoch=None, test_iter=None, progress=True, on_step=None)
+-> History`
 
 - `train_iter`: any iterable of `(X, y)` batches: a `DataLoader`, or a list / generator of
   tensors already on the device. It is iterated once per epoch (a generator only works for
   one epoch). Batches are moved to `device` with `non_blocking=True` when not already there.
+  The loss is cross-entropy; accuracy is computed for 2-D logits and integer labels.
+- `steps_per_epoch=n`: an epoch is exactly n micro-batches: fewer when `train_iter` is longer
+  (smoke runs), and when it is shorter `train_iter` is iterated again (a fixed number of steps).
+- `lr`, `momentum`: SGD (Nesterov momentum when `momentum > 0`; `fused=True` asks for the fused
+  kernel). `lr_schedule`: `"constant"`, `"linear-decay"` (to 0 over the run) or `"one-cycle"`
+  (`OneCycleLR` peaking at `lr`), stepped after every optimizer step.
 - `device`: `None` means `devices.try_gpu()`; validated by `devices.as_device`.
 - `precision`: `"fp32"`; `"fp16"` = autocast to float16 + `torch.amp.GradScaler` (on a CPU:
   a `UserWarning` and **fp32 is used instead**, see `resolve_precision`). With the scaler the
@@ -30,26 +34,16 @@ test_iter=None, progress=True, live_plot=False, tensorboard=None, on_step=None) 
   micro-batches, and once more at the end of an epoch for a left-over partial group.
 - `channels_last`: model and 4-D inputs in NHWC memory format. `compile_model`: `True` or a
   dict of `torch.compile` keyword arguments (e.g. `{"backend": "eager"}` in tests).
-- `optimizer`: an `Optimizer` built on `net`'s parameters, or a factory `params -> Optimizer`;
-  `None` = `torch.optim.SGD(lr=lr)` (`fused=True` asks for the fused SGD kernel).
+- `log_every=k`: every k micro-batches the running loss is read with one `.item()` (one device
+  sync) and logged to the progress bar. The other steps never sync: loss and correct counts
+  are summed *on the device* and read once per epoch.
 - `on_step`: called as `on_step(k)` after the k-th micro-batch of this call (a profiling
   window such as `diagnose.StepWindow`).
-- `scheduler`: a factory `optimizer -> LRScheduler`, stepped every epoch or (with
-  `scheduler_interval="step"`) after every optimizer step.
-- `loss_fn`: a mean-reduced loss (default `nn.CrossEntropyLoss()`). Accuracy is computed only
-  for classification (2-D logits and integer labels); otherwise it is `None`.
-- `log_every=k`: every k micro-batches the running loss is read with one `.item()` (one device
-  sync) and logged to the progress bar, the live plot and TensorBoard. The other steps never
-  sync: loss and correct counts are summed *on the device* and read once per epoch.
-- `steps_per_epoch`: stop each epoch after this many micro-batches (smoke runs).
-- `live_plot`: `True` or a `plotting.LivePlot` with curves "train loss", "train acc",
-  "test acc". `tensorboard`: a log directory or a `SummaryWriter`; skipped with a warning when
-  the `tensorboard` package is not installed.
 
 Each epoch gives an `EpochStats`: loss, accuracy, samples, seconds, samples_per_s, data-wait
 seconds and fraction (from `data_wait.DataWaitMeter`), peak memory in bytes and how it was
 measured (CUDA `max_memory_allocated`, or the process's resident memory sampled at log points
-and epoch end on a CPU), learning rate, and test accuracy when `test_iter` is given.
+and epoch end on a CPU), the learning rate of its last update, and test accuracy when `test_iter` is given.
 """
 
 from __future__ import annotations
@@ -58,9 +52,8 @@ import contextlib
 import math
 import time
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import psutil
@@ -68,11 +61,12 @@ import torch
 from torch import nn
 
 from . import devices
+from .checks import check_choice, check_int, check_number
 from .data_wait import DataWaitMeter
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 _DTYPES = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}
-SCHEDULER_INTERVALS = ("epoch", "step")
+LR_SCHEDULES = ("constant", "linear-decay", "one-cycle")
 
 
 # --------------------------------------------------------------------------- validation
@@ -132,14 +126,6 @@ def resolve_precision(precision: str, device: str | torch.device, *, warn: bool 
         if warn:
             warnings.warn(note, UserWarning, stacklevel=3)
     return PrecisionPlan(p, "bf16", torch.bfloat16, False, note)
-
-
-def _check_int(name: str, value: Any, low: int, allow_none: bool = False) -> None:
-    if allow_none and value is None:
-        return
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        extra = " or None" if allow_none else ""
-        raise ValueError(f"{name} must be an int >= {low}{extra}; got {value!r}")
 
 
 def autocast(device: torch.device, plan: PrecisionPlan):
@@ -261,35 +247,6 @@ def _is_classification(out: torch.Tensor, y: torch.Tensor) -> bool:
     return out.dim() == 2 and not torch.is_floating_point(y) and y.dim() == 1
 
 
-def _make_optimizer(net: nn.Module, optimizer: Any, lr: float, fused: bool) -> torch.optim.Optimizer:
-    if optimizer is None:
-        kwargs = {"fused": True} if fused else {}
-        return torch.optim.SGD(net.parameters(), lr=lr, **kwargs)
-    if isinstance(optimizer, torch.optim.Optimizer):
-        return optimizer
-    if callable(optimizer):
-        opt = optimizer(net.parameters())
-        if not isinstance(opt, torch.optim.Optimizer):
-            raise TypeError(f"optimizer factory must return a torch.optim.Optimizer, got {type(opt).__name__}")
-        return opt
-    raise TypeError("optimizer must be None, a torch.optim.Optimizer or a factory params -> "
-                    f"Optimizer; got {type(optimizer).__name__}")
-
-
-def _open_tensorboard(tensorboard: Any):
-    if tensorboard is None or tensorboard is False:
-        return None, False
-    if hasattr(tensorboard, "add_scalar"):
-        return tensorboard, False
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:
-        warnings.warn("tensorboard is not installed (pip install tensorboard): TensorBoard logging "
-                      "skipped", UserWarning, stacklevel=3)
-        return None, False
-    return SummaryWriter(log_dir=str(Path(tensorboard))), True
-
-
 def _len_or_none(it: Iterable) -> int | None:
     try:
         return len(it)  # type: ignore[arg-type]
@@ -297,21 +254,46 @@ def _len_or_none(it: Iterable) -> int | None:
         return None
 
 
+def _epoch(train_iter: Iterable, steps: int | None, epoch: int) -> Iterator[Any]:
+    """One epoch of batches: all of `train_iter`, or exactly `steps`, going round it again."""
+    n = 0
+    while True:
+        before = n
+        for batch in train_iter:
+            yield batch
+            n += 1
+            if steps is not None and n >= steps:
+                return
+        if n == before:
+            raise ValueError(f"train: train_iter gave no batches in epoch {epoch} "
+                             "(a generator can only be iterated once: pass a list or a DataLoader)")
+        if steps is None:
+            return
+
+
+def _schedule(opt: torch.optim.Optimizer, name: str, lr: float, total: int | None):
+    """The learning-rate schedule, stepped once per optimizer step; `total` steps in the run."""
+    if name == "constant":
+        return None
+    if total is None:
+        raise ValueError(f"train: lr_schedule={name!r} needs the run's length: give steps_per_epoch "
+                         "or a train_iter with a len()")
+    if name == "linear-decay":
+        return torch.optim.lr_scheduler.LinearLR(opt, 1.0, 0.0, total_iters=total)
+    return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=total)
+
+
 # --------------------------------------------------------------------------- evaluate
 
 
 def evaluate(net: nn.Module, data_iter: Iterable, *, device: str | torch.device | None = None,
-             precision: str = "fp32", channels_last: bool = False,
-             loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
-             max_batches: int | None = None) -> dict[str, float | None]:
-    """Mean loss and accuracy of `net` on `data_iter` (no gradients, one sync at the end).
+             precision: str = "fp32", channels_last: bool = False) -> dict[str, float | None]:
+    """Mean cross-entropy and accuracy of `net` on `data_iter` (no gradients, one sync at the end).
 
     Returns `{"loss", "accuracy", "samples"}`; accuracy is `None` for non-classification outputs.
     """
     dev = devices.as_device(device)
-    _check_int("max_batches", max_batches, 1, allow_none=True)
     plan = resolve_precision(precision, dev, warn=False)
-    loss_fn = loss_fn or nn.CrossEntropyLoss()
     was_training = net.training
     net.eval()
     loss_sum = torch.zeros((), device=dev, dtype=torch.float64)
@@ -319,14 +301,12 @@ def evaluate(net: nn.Module, data_iter: Iterable, *, device: str | torch.device 
     n, classification = 0, True
     try:
         with torch.no_grad():
-            for i, batch in enumerate(data_iter):
-                if max_batches is not None and i >= max_batches:
-                    break
+            for batch in data_iter:
                 X, y = _unpack(batch)
                 X, y = _to_device(X, dev, channels_last), _to_device(y, dev, False)
                 with autocast(dev, plan):
                     out = net(X)
-                    loss = loss_fn(out, y)
+                    loss = nn.functional.cross_entropy(out, y)
                 loss_sum += loss.detach().double() * y.shape[0]
                 if _is_classification(out, y):
                     correct += (out.argmax(dim=1) == y).sum()
@@ -351,73 +331,62 @@ def train(
     *,
     num_epochs: int = 1,
     lr: float = 0.1,
+    momentum: float = 0.0,
+    lr_schedule: str = "constant",
     device: str | torch.device | None = None,
     precision: str = "fp32",
     accum_steps: int = 1,
     channels_last: bool = False,
     compile_model: bool | dict[str, Any] = False,
-    optimizer: torch.optim.Optimizer | Callable[..., torch.optim.Optimizer] | None = None,
     fused: bool = False,
-    scheduler: Callable[[torch.optim.Optimizer], Any] | None = None,
-    scheduler_interval: str = "epoch",
-    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     log_every: int = 0,
     steps_per_epoch: int | None = None,
     test_iter: Iterable | None = None,
     progress: bool = True,
-    live_plot: Any = False,
-    tensorboard: Any = None,
     on_step: Callable[[int], Any] | None = None,
 ) -> History:
     """Train `net` on `train_iter`; see the module docstring for every switch. Returns a `History`."""
     # ---- validate every switch before doing any work
     dev = devices.as_device(device)
-    _check_int("num_epochs", num_epochs, 1)
-    _check_int("accum_steps", accum_steps, 1)
-    _check_int("log_every", log_every, 0)
-    _check_int("steps_per_epoch", steps_per_epoch, 1, allow_none=True)
-    if not isinstance(lr, int | float) or isinstance(lr, bool) or not math.isfinite(lr) or lr <= 0:
-        raise ValueError(f"lr must be a positive finite number; got {lr!r}")
-    if scheduler_interval not in SCHEDULER_INTERVALS:
-        raise ValueError(f"scheduler_interval must be one of {', '.join(SCHEDULER_INTERVALS)}; "
-                         f"got {scheduler_interval!r}")
+    check_int("num_epochs", num_epochs, 1, where="train")
+    check_int("accum_steps", accum_steps, 1, where="train")
+    check_int("log_every", log_every, 0, where="train")
+    check_int("steps_per_epoch", steps_per_epoch, 1, where="train", allow_none=True)
+    check_number("lr", lr, where="train")
+    check_number("momentum", momentum, where="train", inclusive=True)
+    check_choice("lr_schedule", lr_schedule, LR_SCHEDULES, where="train")
     if not isinstance(compile_model, bool | dict):
-        raise ValueError(f"compile_model must be True/False or a dict of torch.compile options; "
-                         f"got {compile_model!r}")
+        raise ValueError(f"train: compile_model must be True/False or a dict of torch.compile "
+                         f"options, got {compile_model!r}")
     if isinstance(train_iter, torch.Tensor) or not isinstance(train_iter, Iterable):
-        raise ValueError("train_iter must be an iterable of (X, y) batches (a DataLoader, a list, ...)")
+        raise ValueError("train: train_iter must be an iterable of (X, y) batches (a DataLoader, "
+                         "a list, ...)")
     plan = resolve_precision(precision, dev)
-    loss_fn = loss_fn or nn.CrossEntropyLoss()
+    n_batches = steps_per_epoch or _len_or_none(train_iter)
 
-    # ---- set up model, optimizer, scaler, scheduler, loggers
+    # ---- set up model, optimizer, scaler, schedule
     net.to(dev)
     if channels_last:
         net.to(memory_format=torch.channels_last)
     # fp16's GradScaler syncs every step (found_inf.item()) unless the optimizer is fused
-    fused = fused or (plan.use_scaler and optimizer is None and dev.type == "cuda")
-    opt = _make_optimizer(net, optimizer, lr, fused)
-    sched = scheduler(opt) if scheduler is not None else None
+    fused = fused or (plan.use_scaler and dev.type == "cuda")
+    opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=momentum, nesterov=momentum > 0,
+                          **({"fused": True} if fused else {}))
+    total = num_epochs * math.ceil(n_batches / accum_steps) if n_batches else None
+    sched = _schedule(opt, lr_schedule, lr, total)
     scaler = torch.amp.GradScaler(dev.type) if plan.use_scaler else None
     model = net
     if compile_model:
         model = torch.compile(net, **(compile_model if isinstance(compile_model, dict) else {}))
-    if live_plot is True:
-        from .plotting import LivePlot
-
-        live_plot = LivePlot(["train loss", "train acc", "test acc"], xlabel="epoch")
-    writer, own_writer = _open_tensorboard(tensorboard)
     memory = _PeakMemory(dev)
 
     hist = History(config={
         "device": str(dev), "precision": plan.effective, "precision_requested": plan.requested,
         "precision_note": plan.note, "accum_steps": accum_steps, "channels_last": channels_last,
-        "compile": bool(compile_model), "optimizer": type(opt).__name__, "lr": lr,
+        "compile": bool(compile_model), "lr": lr, "momentum": momentum, "lr_schedule": lr_schedule,
         "fused": bool(opt.defaults.get("fused")),
         "log_every": log_every, "steps_per_epoch": steps_per_epoch,
     })
-    n_batches = _len_or_none(train_iter)
-    if steps_per_epoch is not None:
-        n_batches = min(n_batches, steps_per_epoch) if n_batches is not None else steps_per_epoch
     global_step = 0
     bar = None
     if progress:
@@ -426,13 +395,29 @@ def train(
         bar = tqdm(total=(n_batches * num_epochs if n_batches else None), desc="train",
                    unit="batch", leave=False)
 
+    last_lr = [lr]  # the rate of the latest update (a schedule has moved on after it)
+
+    def step() -> int:
+        """One update; with a scaler, steps it may skip (inf/NaN gradients) are still counted."""
+        last_lr[0] = opt.param_groups[0]["lr"]
+        if scaler is not None:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
+        opt.zero_grad(set_to_none=True)
+        if sched is not None:
+            sched.step()
+        return 1
+
     try:
         for epoch in range(1, num_epochs + 1):
             net.train()
             memory.reset()
             # the meter syncs only on log steps (never, without logging): time blocked in next()
             # is the data wait that matters, whether or not the device is still busy
-            meter = DataWaitMeter(train_iter, device=dev, sync_every=log_every or 2**62)
+            meter = DataWaitMeter(_epoch(train_iter, steps_per_epoch, epoch), device=dev,
+                                  sync_every=log_every or 2**62)
             loss_sum = torch.zeros((), device=dev, dtype=torch.float64)
             correct = torch.zeros((), device=dev, dtype=torch.int64)
             # running loss since the last log point, kept on the device (no sync)
@@ -447,15 +432,13 @@ def train(
                 X, y = _to_device(X, dev, channels_last), _to_device(y, dev, False)
                 with autocast(dev, plan):
                     out = model(X)
-                    loss = loss_fn(out, y)
+                    loss = nn.functional.cross_entropy(out, y)
                 scaled = loss / accum_steps
                 (scaler.scale(scaled) if scaler is not None else scaled).backward()
                 micro += 1
                 global_step += 1
                 if micro % accum_steps == 0:
-                    opt_steps += _optimizer_step(opt, scaler)
-                    if sched is not None and scheduler_interval == "step":
-                        sched.step()
+                    opt_steps += step()
                 bs = y.shape[0]
                 d = loss.detach().double() * bs
                 loss_sum += d
@@ -476,28 +459,13 @@ def train(
                     memory.sample()
                     if bar is not None:
                         bar.set_postfix(loss=f"{value:.4f}", epoch=epoch)
-                    if live_plot:
-                        frac = epoch - 1 + (micro / n_batches if n_batches else 0.0)
-                        live_plot.add(frac, {"train loss": value})
-                    if writer is not None:
-                        writer.add_scalar("train/loss_step", value, global_step)
                 if bar is not None:
                     bar.update(1)
-                if steps_per_epoch is not None and micro >= steps_per_epoch:
-                    break
-            if micro == 0:
-                raise ValueError(f"train: train_iter gave no batches in epoch {epoch} "
-                                 "(a generator can only be iterated once: pass a list or a DataLoader)")
             if micro % accum_steps:
                 # a left-over partial group: step with what was accumulated (like Lightning)
-                opt_steps += _optimizer_step(opt, scaler)
-                if sched is not None and scheduler_interval == "step":
-                    sched.step()
+                opt_steps += step()
             devices.synchronize(dev)
             seconds = time.perf_counter() - t0
-            lr_now = opt.param_groups[0]["lr"]
-            if sched is not None and scheduler_interval == "epoch":
-                sched.step()
             wait = meter.summary()
             stats = EpochStats(
                 epoch=epoch,
@@ -510,38 +478,16 @@ def train(
                 data_wait_fraction=wait["wait_fraction"],
                 peak_memory_bytes=memory.read(),
                 memory_kind=memory.kind,
-                lr=float(lr_now),
+                lr=float(last_lr[0]),
                 optimizer_steps=opt_steps,
             )
             if test_iter is not None:
                 # the eager module shares the compiled one's weights; evaluating it avoids a
                 # recompile (and CUDA-graph re-recording) for eval mode and the test shapes
-                stats.test_accuracy = evaluate(net, test_iter,
-                                               device=dev, precision=plan.effective,
-                                               channels_last=channels_last, loss_fn=loss_fn)["accuracy"]
+                stats.test_accuracy = evaluate(net, test_iter, device=dev, precision=plan.effective,
+                                               channels_last=channels_last)["accuracy"]
             hist.epochs.append(stats)
-            if live_plot:
-                live_plot.add(epoch, {"train loss": stats.loss if not log_every else None,
-                                      "train acc": stats.accuracy, "test acc": stats.test_accuracy})
-            if writer is not None:
-                for k in ("loss", "accuracy", "samples_per_s", "data_wait_fraction", "test_accuracy"):
-                    v = getattr(stats, k)
-                    if v is not None:
-                        writer.add_scalar(f"epoch/{k}", v, epoch)
     finally:
         if bar is not None:
             bar.close()
-        if writer is not None and own_writer:
-            writer.close()
     return hist
-
-
-def _optimizer_step(opt: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None) -> int:
-    """One update; with a scaler, steps it may skip (inf/NaN gradients) are still counted."""
-    if scaler is not None:
-        scaler.step(opt)
-        scaler.update()
-    else:
-        opt.step()
-    opt.zero_grad(set_to_none=True)
-    return 1

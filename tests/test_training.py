@@ -125,13 +125,14 @@ def test_resolve_precision_plans():
     [
         ({"precision": "fp8"}, "precision must be one of fp32, fp16, bf16"),
         ({"precision": 16}, "precision must be one of"),
-        ({"accum_steps": 0}, "accum_steps must be an int >= 1"),
-        ({"accum_steps": 1.5}, "accum_steps must be an int >= 1"),
-        ({"num_epochs": 0}, "num_epochs must be an int >= 1"),
-        ({"log_every": -1}, "log_every must be an int >= 0"),
-        ({"steps_per_epoch": 0}, "steps_per_epoch must be an int >= 1"),
-        ({"lr": 0}, "lr must be a positive finite number"),
-        ({"scheduler_interval": "batch"}, "scheduler_interval must be one of epoch, step"),
+        ({"accum_steps": 0}, "train: accum_steps must be an int >= 1, got 0"),
+        ({"accum_steps": 1.5}, "train: accum_steps must be an int >= 1"),
+        ({"num_epochs": 0}, "train: num_epochs must be an int >= 1"),
+        ({"log_every": -1}, "train: log_every must be an int >= 0"),
+        ({"steps_per_epoch": 0}, "train: steps_per_epoch must be an int >= 1"),
+        ({"lr": 0}, "train: lr must be a positive finite number"),
+        ({"momentum": -0.5}, "train: momentum must be a finite number >= 0"),
+        ({"lr_schedule": "cosine"}, "train: lr_schedule must be one of 'constant', 'linear-decay'"),
         ({"device": "tpu"}, "device must be"),
         ({"compile_model": "yes"}, "compile_model must be"),
     ],
@@ -155,34 +156,29 @@ def test_bad_data_gives_clear_errors():
         training.train(_mlp(), gen, device="cpu", num_epochs=2, progress=False)
 
 
-def test_optimizer_factory_instance_scheduler_and_fused():
+def test_steps_per_epoch_goes_round_a_short_train_iter():
+    X, y = _blobs(n=64)
+    hist = training.train(_mlp(), _batches(X, y, 16), device="cpu", steps_per_epoch=10,
+                          num_epochs=2, progress=False)
+    assert hist["samples"] == [160, 160] and hist["optimizer_steps"] == [10, 10]
+
+
+def test_lr_schedules_momentum_and_fused():
     X, y = _blobs(n=64)
     data = _batches(X, y, 16)
-    hist = training.train(_mlp(), data, device="cpu", num_epochs=2, progress=False,
-                          optimizer=lambda p: torch.optim.Adam(p, lr=1e-2),
-                          scheduler=lambda o: torch.optim.lr_scheduler.StepLR(o, 1, gamma=0.5))
-    assert hist.config["optimizer"] == "Adam"
-    assert hist["lr"] == pytest.approx([1e-2, 5e-3])
-    net = _mlp()
-    hist = training.train(net, data, device="cpu", progress=False,
-                          optimizer=torch.optim.SGD(net.parameters(), lr=0.1),
-                          scheduler=lambda o: torch.optim.lr_scheduler.StepLR(o, 2, gamma=0.1),
-                          scheduler_interval="step")
-    # stepped per step: 4 steps of StepLR(2, 0.1) -> 0.1 * 0.1**2 (per epoch it would stay 0.1)
-    assert hist.last.optimizer_steps == 4 and hist["lr"] == pytest.approx([1e-3])
-    assert training._make_optimizer(_mlp(), None, 0.1, True).defaults.get("fused") is True
+    decay = training.train(_mlp(), data, device="cpu", lr=0.2, lr_schedule="linear-decay",
+                           num_epochs=2, progress=False)
+    # the rate of each epoch's last update: steps 4 and 8 of 8, falling linearly from 0.2
+    assert decay["lr"] == pytest.approx([0.2 * 5 / 8, 0.2 / 8])
+    cycle = training.train(_mlp(), data, device="cpu", lr=0.2, lr_schedule="one-cycle",
+                           momentum=0.9, steps_per_epoch=12, accum_steps=2, progress=False)
+    assert cycle.last.optimizer_steps == 6 and cycle.last.lr < 0.2 / 1000  # annealed to about 0
+    assert cycle.config["momentum"] == 0.9 and cycle.last.accuracy > 0.5
+    with pytest.raises(ValueError, match="lr_schedule='one-cycle' needs the run's length"):
+        training.train(_mlp(), (b for b in data), device="cpu", lr_schedule="one-cycle",
+                       progress=False)
     fused = training.train(_mlp(), data, device="cpu", fused=True, progress=False, num_epochs=3)
-    assert fused["loss"][-1] < fused["loss"][0]
-    with pytest.raises(TypeError, match="optimizer factory must return"):
-        training.train(_mlp(), data, device="cpu", optimizer=lambda p: None, progress=False)
-
-
-def test_regression_has_no_accuracy():
-    X = torch.randn(64, 5)
-    y = X.sum(1, keepdim=True)
-    hist = training.train(nn.Linear(5, 1), _batches(X, y, 16), device="cpu", lr=0.05,
-                          loss_fn=nn.MSELoss(), num_epochs=3, progress=False)
-    assert hist.last.accuracy is None and hist["loss"][-1] < hist["loss"][0]
+    assert fused.config["fused"] is True and fused["loss"][-1] < fused["loss"][0]
 
 
 def test_compile_switch_with_the_eager_backend():
@@ -190,34 +186,6 @@ def test_compile_switch_with_the_eager_backend():
     hist = training.train(_mlp(), [(X, y)], device="cpu", compile_model={"backend": "eager"},
                           progress=False)
     assert hist.config["compile"] is True and hist.last.loss > 0
-
-
-def test_live_plot_and_missing_tensorboard(tmp_path):
-    X, y = _blobs(n=64)
-    lp_hist = training.train(_mlp(), _batches(X, y, 16), device="cpu", live_plot=True,
-                             log_every=2, progress=True)
-    assert len(lp_hist.steps) == 2
-    try:
-        import tensorboard  # noqa: F401
-    except ImportError:
-        with pytest.warns(UserWarning, match="tensorboard is not installed"):
-            training.train(_mlp(), [(X, y)], device="cpu", tensorboard=tmp_path, progress=False)
-    else:
-        training.train(_mlp(), [(X, y)], device="cpu", tensorboard=tmp_path, progress=False)
-        assert any(tmp_path.iterdir())
-
-    class FakeWriter:
-        def __init__(self):
-            self.rows = []
-
-        def add_scalar(self, tag, value, step):
-            self.rows.append((tag, value, step))
-
-    w = FakeWriter()
-    training.train(_mlp(), _batches(X, y, 16), device="cpu", tensorboard=w, log_every=2,
-                   progress=False)
-    tags = {r[0] for r in w.rows}
-    assert {"train/loss_step", "epoch/loss", "epoch/samples_per_s"} <= tags
 
 
 @pytest.mark.gpu
