@@ -23,6 +23,7 @@ import torch
 from tqdm.auto import tqdm
 
 from . import devices
+from .checks import check_int, check_number
 
 _OOM_WORDS = ("out of memory", "not enough memory", "can't allocate memory", "failed to allocate")
 
@@ -67,12 +68,10 @@ def largest_batch(try_batch: Callable[[int], int | None], *, start: int = 1,
     `progress=True` shows a `tqdm.auto` bar, one tick per try (a search can take many seconds).
     """
     for name, v in (("start", start), ("max_batch", max_batch), ("multiple_of", multiple_of)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise ValueError(f"largest_batch: {name} must be an int >= 1, got {v!r}")
+        check_int(name, v, 1, where="largest_batch")
     if max_batch < start:
         raise ValueError(f"largest_batch: max_batch ({max_batch}) must be >= start ({start})")
-    if budget_bytes is not None and (not isinstance(budget_bytes, int | float) or budget_bytes <= 0):
-        raise ValueError(f"largest_batch: budget_bytes must be a positive number or None, got {budget_bytes!r}")
+    check_number("budget_bytes", budget_bytes, where="largest_batch", allow_none=True)
     if not callable(try_batch):
         raise TypeError("largest_batch: try_batch must be a callable batch_size -> bytes")
     if not isinstance(progress, bool):

@@ -26,6 +26,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from . import devices
+from .checks import check_int
 
 
 def tensor_bytes(t: torch.Tensor) -> int:
@@ -92,6 +93,7 @@ def step_memory(net: nn.Module, X: torch.Tensor, y: torch.Tensor,
     more copies (1 for SGD with momentum, 2 for Adam) + the input batch + the activations
     autograd saved. Returns a dict with `peak_bytes` and how it was obtained (`method`).
     """
+    check_int("optimizer_state_copies", optimizer_state_copies, 0, where="step_memory")
     loss_fn = loss_fn or nn.CrossEntropyLoss()
     dev = X.device
     params = sum(tensor_bytes(p) for p in net.parameters())

@@ -68,7 +68,7 @@ def test_other_errors_propagate():
     ({"max_batch": 0}, "max_batch must be an int >= 1"),
     ({"start": 8, "max_batch": 4}, "max_batch .* must be >= start"),
     ({"multiple_of": 0}, "multiple_of"),
-    ({"budget_bytes": -1}, "budget_bytes must be a positive number"),
+    ({"budget_bytes": -1}, "budget_bytes must be a positive finite number or None"),
     ({"progress": "yes"}, "progress must be True or False"),
 ])
 def test_bad_arguments(kwargs, match):

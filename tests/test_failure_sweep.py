@@ -9,7 +9,7 @@ Three parts:
 2. A data set folder that is missing, empty, or holds a truncated or corrupt file: a clear error
    naming the file, within a time limit.
 3. A loop over a multi-worker DataLoader interrupted by KeyboardInterrupt (in-process), and a
-   training run (`quick_train.train_steps`) in a subprocess stopped by SIGINT (to its process
+   training run (`training.train`) in a subprocess stopped by SIGINT (to its process
    group, as a terminal's Ctrl-C or Jupyter's interrupt does, or to its main process only), end
    within a bounded time and leave no worker processes.
 
@@ -53,8 +53,6 @@ from helpers import (
     process_group,
     processes,
     profiles,
-    quick_train,
-    regression,
     report,
     results,
     suite,
@@ -62,7 +60,6 @@ from helpers import (
     threads,
     timing,
     training,
-    transfer,
     worker_memory,
 )
 
@@ -317,7 +314,7 @@ CASES = [
     case(pipelines.consume, TypeError, r"consume: batches must be iterable .* got int", 5),
     case(pipelines.consume, ValueError, r"consume: device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'tpu'", [], device="tpu"),
     case(pipelines.consume, ValueError, r"limit must be an int >= 1, got 0", [], limit=0),
-    # --- device_augment, worker_memory, quick_train ------------------------------------------
+    # --- device_augment, worker_memory, models.small_cnn ------------------------------------------
     case(device_augment.DeviceAugment, ValueError, r"DeviceAugment: crop must be an int >= 1, got 0", crop=0),
     case(device_augment.DeviceAugment, ValueError, r"DeviceAugment: pad must be an int >= 0, got -2", pad=-2),
     case(device_augment.DeviceAugment, ValueError, r"give both mean and std, or neither", mean=None),
@@ -329,9 +326,7 @@ CASES = [
     case(worker_memory.WorkerMemorySampler, ValueError, r"interval must be > 0 seconds, got 0", interval=0),
     case(worker_memory.batch_megabytes, ValueError, r"batch_size must be an int >= 1, got 0", 0, (3, 32, 32)),
     case(worker_memory.claimed_worker_megabytes, ValueError, r"num_workers must be an int >= 0, got -1", 1.0, -1),
-    case(quick_train.small_cnn, ValueError, r"small_cnn: width must be a positive int, got 0", width=0),
-    case(quick_train.train_steps, ValueError, r"train_steps: steps must be an int >= 1, got 0", torch.nn.Linear(2, 2), [], steps=0),
-    case(quick_train.train_steps, ValueError, r"train_steps: batches yielded nothing", torch.nn.Linear(2, 2), [], steps=1),
+    case(models.small_cnn, ValueError, r"small_cnn: width must be an int >= 1, got 0", width=0),
     # --- training, launch, batch_finder (notebooks 04-12) --------------------------------------
     case(training.resolve_precision, ValueError, r"precision must be one of fp32, fp16, bf16; got 'fp8'", "fp8", "cpu"),
     case(training.resolve_precision, ValueError, r"precision must be one of fp32, fp16, bf16; got 16", 16, "cpu"),
@@ -339,16 +334,17 @@ CASES = [
     case(launch.resolve_backend, ValueError, r"backend must be one of auto, gloo, nccl; got 'mpi'", "mpi", 2),
     case(launch.launch, ValueError, r"nprocs must be an int >= 1; got 0", nprocs=0),
     case(launch.launch, ValueError, r"timeout must be a positive number of seconds; got 0", timeout=0),
-    case(batch_finder.largest_batch, ValueError, r"start must be an int >= 1, got 0", noop, start=0),
+    case(batch_finder.largest_batch, ValueError, r"largest_batch: start must be an int >= 1, got 0", noop, start=0),
     case(batch_finder.largest_batch, TypeError, r"try_batch must be a callable batch_size -> bytes", 5),
     case(batch_finder.largest_batch, ValueError, r"max_batch \(4\) must be >= start \(8\)", noop, start=8, max_batch=4),
-    case(batch_finder.largest_batch, ValueError, r"budget_bytes must be a positive number or None, got -1", noop, budget_bytes=-1),
+    case(batch_finder.largest_batch, ValueError, r"largest_batch: budget_bytes must be a positive finite number or None, got -1", noop, budget_bytes=-1),
     # --- non-finite numbers, devices that are not there, process lifetimes ------------------
     case(timing.micro_benchmark, ValueError, r"min_run_time must be a positive finite number of seconds, got inf", "pass", min_run_time=float("inf")),
     case(timing.micro_benchmark, ValueError, r"min_run_time must be a positive finite number of seconds, got nan", "pass", min_run_time=float("nan")),
-    case(training.train, ValueError, r"lr must be a positive finite number; got nan", torch.nn.Linear(2, 2), [], lr=float("nan"), device="cpu"),
-    case(training.train, ValueError, r"lr must be a positive finite number; got inf", torch.nn.Linear(2, 2), [], lr=float("inf"), device="cpu"),
-    case(quick_train.train_steps, ValueError, r"train_steps: lr must be a positive finite number, got nan", torch.nn.Linear(2, 2), [], steps=1, lr=float("nan")),
+    case(training.train, ValueError, r"train: lr must be a positive finite number, got nan", torch.nn.Linear(2, 2), [], lr=float("nan"), device="cpu"),
+    case(training.train, ValueError, r"train: lr must be a positive finite number, got inf", torch.nn.Linear(2, 2), [], lr=float("inf"), device="cpu"),
+    case(training.train, ValueError, r"train: steps_per_epoch must be an int >= 1 or None, got 0", torch.nn.Linear(2, 2), [], steps_per_epoch=0, device="cpu"),
+    case(training.train, ValueError, r"train: train_iter gave no batches in epoch 1", torch.nn.Linear(2, 2), [], steps_per_epoch=1, device="cpu", progress=False),
     case(recorder("measure"), ValueError, r"value for 'a' is infinite \(inf\)", "a", float("inf"), "s"),
     case(recorder("measure"), ValueError, r"value for 'a' is infinite \(-inf\)", "a", float("-inf"), "s"),
     case(recorder("measure"), ValueError, r"ratio for 'a' must be finite, got inf", "a", 1, "s", ratio=float("inf")),
@@ -356,10 +352,8 @@ CASES = [
     case(synthetic.cifar10_checksums, ValueError, r"n_train and n_test must be at most 50000 and 10000", 60000, 10),
     case(processes.die_with_parent, ValueError, r"die_with_parent: sig must be a signal number, got 0", 0),
     case(processes.die_with_parent, ValueError, r"die_with_parent: poll must be a positive number of seconds, got 0", poll=0),
-    *([case(transfer.copy_time, ValueError, r"device 'cuda' asked for, but this machine has no CUDA GPU", 1024, "cuda"),
-       case(regression.fit, ValueError, r"device 'cuda' asked for, but this machine has no CUDA GPU", *regression.boston_like(), "cuda"),
-       case(quick_train.accuracy, ValueError, r"device 'cuda' asked for, but this machine has no CUDA GPU",
-            quick_train.small_cnn(), X4, Y4, device="cuda")] if NO_GPU else []),
+    *([case(training.evaluate, ValueError, r"device 'cuda' asked for, but this machine has no CUDA GPU",
+            models.small_cnn(), [(X4, Y4)], device="cuda")] if NO_GPU else []),
     case(process_group.init, ValueError, r"init_timeout must be a positive number of seconds, got 0",
          "gloo", device=torch.device("cpu"), init_timeout=0),
     case(process_group.init, ValueError, r"timeout must be a positive number of seconds, got -1",
@@ -590,7 +584,7 @@ CTRL_C_SCRIPT = textwrap.dedent("""
     import psutil
     from torch.utils.data import DataLoader
     from torchvision import transforms
-    from helpers import data, quick_train
+    from helpers import data, models, training
     # persistent workers: the same two processes serve every epoch, so the pids reported
     # below are the ones that must be gone after the interrupt
     loader = DataLoader(data.fashion_mnist(transform=transforms.ToTensor()), batch_size=8,
@@ -606,7 +600,8 @@ CTRL_C_SCRIPT = textwrap.dedent("""
                     print(" ".join(str(c.pid) for c in kids), flush=True)
                 yield batch
 
-    quick_train.train_steps(quick_train.small_cnn(in_channels=1, width=4), batches(), steps=10**6)
+    training.train(models.small_cnn(in_channels=1, width=4), batches(), steps_per_epoch=10**6,
+                   device="cpu", progress=False)
     print("training ended without an interrupt", flush=True)
 """)
 
