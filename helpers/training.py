@@ -40,6 +40,9 @@ fused=False, log_every=0, steps_per_epoch=None, test_iter=None, progress=True, o
 - `on_step`: called as `on_step(k)` after the k-th micro-batch of this call (a profiling
   window such as `diagnose.StepWindow`).
 
+Each micro-batch runs `forward_backward` (autocast, loss, scaled backward) and each update
+`optimizer_step` (the scaler's step and update): the mixed-precision lines notebook 07 shows.
+
 Each epoch gives an `EpochStats`: loss, accuracy, samples, seconds, samples_per_s, data-wait
 seconds and fraction (from `data_wait.DataWaitMeter`), peak memory in bytes and how it was
 measured (CUDA `max_memory_allocated`, or the process's resident memory sampled at log points
@@ -283,6 +286,32 @@ def _schedule(opt: torch.optim.Optimizer, name: str, lr: float, total: int | Non
     return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=total)
 
 
+# --------------------------------------------------------------------------- the mixed-precision step
+
+
+def forward_backward(model: nn.Module, X: torch.Tensor, y: torch.Tensor, plan: PrecisionPlan,
+                     scaler: torch.amp.GradScaler | None, accum_steps: int = 1):
+    """Forward and loss under autocast, then backward of the loss (scaled, for fp16)."""
+    with autocast(X.device, plan):  # matmuls and convolutions in fp16/bf16, reductions in fp32
+        out = model(X)
+        loss = nn.functional.cross_entropy(out, y)
+    scaled = loss / accum_steps  # gradient accumulation: k micro-batches make one mean
+    if scaler is not None:
+        scaled = scaler.scale(scaled)  # fp16: times 2^16 or so, so small gradients do not underflow
+    scaled.backward()  # the weights stay fp32, so do their gradients
+    return out, loss
+
+
+def optimizer_step(opt: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None) -> None:
+    """The update; with a scaler it unscales the gradients first and skips a step with inf/NaN."""
+    if scaler is not None:
+        scaler.step(opt)  # unscale_, check for inf/NaN, then opt.step() only if all are finite
+        scaler.update()  # halve the factor after a skipped step, grow it after a run of good ones
+    else:
+        opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
 # --------------------------------------------------------------------------- evaluate
 
 
@@ -400,12 +429,7 @@ def train(
     def step() -> int:
         """One update; with a scaler, steps it may skip (inf/NaN gradients) are still counted."""
         last_lr[0] = opt.param_groups[0]["lr"]
-        if scaler is not None:
-            scaler.step(opt)
-            scaler.update()
-        else:
-            opt.step()
-        opt.zero_grad(set_to_none=True)
+        optimizer_step(opt, scaler)
         if sched is not None:
             sched.step()
         return 1
@@ -430,11 +454,7 @@ def train(
             for batch in meter:
                 X, y = _unpack(batch)
                 X, y = _to_device(X, dev, channels_last), _to_device(y, dev, False)
-                with autocast(dev, plan):
-                    out = model(X)
-                    loss = nn.functional.cross_entropy(out, y)
-                scaled = loss / accum_steps
-                (scaler.scale(scaled) if scaler is not None else scaled).backward()
+                out, loss = forward_backward(model, X, y, plan, scaler, accum_steps)
                 micro += 1
                 global_step += 1
                 if micro % accum_steps == 0:

@@ -181,6 +181,22 @@ def test_lr_schedules_momentum_and_fused():
     assert fused.config["fused"] is True and fused["loss"][-1] < fused["loss"][0]
 
 
+def test_a_scaled_step_makes_the_same_update_as_a_plain_one():
+    X, y = _blobs(n=32)
+    plan = training.resolve_precision("fp32", "cpu")
+    nets, grads = [_mlp(seed=2), _mlp(seed=2)], []
+    for net, scaler in zip(nets, (None, torch.amp.GradScaler("cpu", init_scale=2.0**16)), strict=True):
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        out, loss = training.forward_backward(net, X, y, plan, scaler, accum_steps=2)
+        assert out.shape == (32, 3) and loss.item() > 0
+        grads.append(net[0].weight.grad.abs().max().item())
+        training.optimizer_step(opt, scaler)
+        assert all(p.grad is None for p in net.parameters())
+    assert grads[1] > 1000 * grads[0]  # scaled gradients, until the step unscales them
+    for pa, pb in zip(*(n.parameters() for n in nets), strict=True):
+        torch.testing.assert_close(pa, pb)
+
+
 def test_compile_switch_with_the_eager_backend():
     X, y = _blobs(n=32)
     hist = training.train(_mlp(), [(X, y)], device="cpu", compile_model={"backend": "eager"},

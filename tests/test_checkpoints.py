@@ -1,4 +1,4 @@
-"""Checkpoint loading, host copies and the Boston-sized regression helpers."""
+"""Checkpoint loading: the `module.` prefix, `map_location`, `weights_only`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from helpers import checkpoints, regression, transfer
+from helpers import checkpoints
 
 
 def test_module_prefix_fails_then_strips():
@@ -53,25 +53,3 @@ def test_weights_only_refuses_code_in_a_pickle():
     torch.save({"w": torch.ones(1), "x": _Evil()}, buf)
     with pytest.raises(pickle.UnpicklingError):
         checkpoints.load_weights(buf)
-
-
-def test_copy_time_on_cpu_and_pinned_needs_cuda():
-    m = transfer.copy_time(1 << 16, "cpu", repeats=2)
-    assert m.median > 0 and transfer.gb_per_s(1 << 16, m) > 0
-    with pytest.raises(ValueError, match="nbytes"):
-        transfer.host_tensor(0)
-    if not torch.cuda.is_available():
-        with pytest.raises(ValueError, match="pinned=True needs CUDA"):
-            transfer.host_tensor(64, pinned=True)
-
-
-def test_boston_like_and_fit():
-    X, y = regression.boston_like()
-    assert X.shape == (506, 13) and y.shape == (506, 1)
-    assert abs(float(y.mean())) < 1e-5
-    res = regression.fit(X, y, "cpu", steps=50)
-    assert res["rows"] == 506 and res["seconds"] > 0 and res["mse"] < 0.5  # it learned
-    with pytest.raises(ValueError, match="n must be an int >= 2"):
-        regression.boston_like(n=1)
-    with pytest.raises(ValueError, match="steps must be"):
-        regression.fit(X, y, "cpu", steps=0)
