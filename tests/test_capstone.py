@@ -134,8 +134,8 @@ def test_linear_decay_takes_the_lr_to_zero_over_the_run(tiny):
     net = capstone.build_net(2)
     hist = capstone._fast_train(net, recipe, tiny, torch.device("cpu"), num_epochs=3,
                                 max_batches=None, seed=0, test=False)
-    # 3 batches per epoch, 9 steps: the lr after epoch e's steps is 0.4 * (1 - 3e / 9)
-    assert hist["lr"] == pytest.approx([0.4 * (1 - 3 * e / 9) for e in (1, 2, 3)])
+    # 3 batches per epoch, 9 steps: epoch e's last update (step 3e) used 0.4 * (1 - (3e - 1) / 9)
+    assert hist["lr"] == pytest.approx([0.4 * (1 - (3 * e - 1) / 9) for e in (1, 2, 3)])
     const = capstone._fast_train(capstone.build_net(2), recipe.but("c", lr_schedule="constant"), tiny,
                                  torch.device("cpu"), num_epochs=2, max_batches=None, seed=0, test=False)
     assert const["lr"] == [0.4, 0.4]
