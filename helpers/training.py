@@ -68,7 +68,6 @@ from .checks import check_choice, check_int, check_number
 from .data_wait import DataWaitMeter
 
 PRECISIONS = ("fp32", "fp16", "bf16")
-_DTYPES = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}
 LR_SCHEDULES = ("constant", "linear-decay", "one-cycle")
 
 
@@ -89,15 +88,14 @@ class PrecisionPlan:
 def resolve_precision(precision: str, device: str | torch.device, *, warn: bool = True) -> PrecisionPlan:
     """Validate `precision` for `device` and say what will actually run.
 
-    - unknown name: `ValueError` listing fp32, fp16, bf16;
+    - unknown name (case and spaces do not matter): `ValueError` listing fp32, fp16, bf16;
     - fp16 on a CPU: `UserWarning`, fp32 is used (GradScaler and fast fp16 kernels are GPU
       features; on a CPU use bf16 where it has the hardware);
     - fp16 on a GPU older than compute capability 5.3, bf16 on a GPU without bf16: `ValueError`;
     - bf16 on a CPU without bf16 hardware: runs (emulated) with a `UserWarning` that it is slow.
     """
-    if not isinstance(precision, str) or precision.strip().lower() not in PRECISIONS:
-        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
-    p = precision.strip().lower()
+    p = precision.strip().lower() if isinstance(precision, str) else precision
+    check_choice("precision", p, PRECISIONS, where="resolve_precision")
     dev = devices.as_device(device)
     if p == "fp32":
         return PrecisionPlan(p, "fp32", None, False)
@@ -178,18 +176,6 @@ class History:
             names = list(EpochStats.__dataclass_fields__)
             raise KeyError(f"History has no column {column!r}; columns are {names}")
         return [getattr(e, column) for e in self.epochs]
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"epochs": [asdict(e) for e in self.epochs], "steps": self.steps,
-                "config": {k: str(v) for k, v in self.config.items()}}
-
-    def summary(self) -> str:
-        e = self.last
-        acc = f", train acc {e.accuracy:.3f}" if e.accuracy is not None else ""
-        test = f", test acc {e.test_accuracy:.3f}" if e.test_accuracy is not None else ""
-        return (f"epoch {e.epoch}: loss {e.loss:.4f}{acc}{test}, {e.samples_per_s:.1f} samples/s, "
-                f"data wait {100 * e.data_wait_fraction:.0f} %, "
-                f"peak memory {e.peak_memory_bytes / 2**20:.1f} MiB ({e.memory_kind})")
 
 
 # --------------------------------------------------------------------------- memory

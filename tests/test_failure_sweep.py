@@ -328,8 +328,8 @@ CASES = [
     case(worker_memory.claimed_worker_megabytes, ValueError, r"num_workers must be an int >= 0, got -1", 1.0, -1),
     case(models.small_cnn, ValueError, r"small_cnn: width must be an int >= 1, got 0", width=0),
     # --- training, launch, batch_finder (notebooks 04-12) --------------------------------------
-    case(training.resolve_precision, ValueError, r"precision must be one of fp32, fp16, bf16; got 'fp8'", "fp8", "cpu"),
-    case(training.resolve_precision, ValueError, r"precision must be one of fp32, fp16, bf16; got 16", 16, "cpu"),
+    case(training.resolve_precision, ValueError, r"resolve_precision: precision must be one of 'fp32', 'fp16', 'bf16', got 'fp8'", "fp8", "cpu"),
+    case(training.resolve_precision, ValueError, r"resolve_precision: precision must be one of 'fp32', 'fp16', 'bf16', got 16", 16, "cpu"),
     case(training.resolve_precision, ValueError, r"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'tpu'", "fp32", "tpu"),
     case(launch.resolve_backend, ValueError, r"backend must be one of auto, gloo, nccl; got 'mpi'", "mpi", 2),
     case(launch.launch, ValueError, r"nprocs must be an int >= 1; got 0", nprocs=0),
