@@ -276,7 +276,8 @@ def _schedule(opt: torch.optim.Optimizer, name: str, lr: float, total: int | Non
 
 
 def forward_backward(model: nn.Module, X: torch.Tensor, y: torch.Tensor, plan: PrecisionPlan,
-                     scaler: torch.amp.GradScaler | None, accum_steps: int = 1):
+                     scaler: torch.amp.GradScaler | None,
+                     accum_steps: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward and loss under autocast, then backward of the loss (scaled, for fp16)."""
     with autocast(X.device, plan):  # matmuls and convolutions in fp16/bf16, reductions in fp32
         out = model(X)
