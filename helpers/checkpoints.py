@@ -28,7 +28,7 @@ from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 def strip_module_prefix(state_dict: dict[str, Any], prefix: str = "module.") -> dict[str, Any]:
     """A copy of `state_dict` without the DataParallel/DDP `module.` prefix (no-op if absent)."""
     if not isinstance(state_dict, dict):
-        raise TypeError(f"state_dict must be a dict, got {type(state_dict).__name__}")
+        raise TypeError(f"strip_module_prefix: state_dict must be a dict, got {type(state_dict).__name__}")
     sd = dict(state_dict)
     consume_prefix_in_state_dict_if_present(sd, prefix)
     return sd
@@ -48,7 +48,7 @@ def saved_as_if_on(location: str = "cuda:0") -> Iterator[None]:
     Only for demonstrating what a GPU machine's checkpoint looks like to a CPU-only one.
     """
     if not isinstance(location, str) or not location.startswith("cuda"):
-        raise ValueError(f"location must be a CUDA location such as 'cuda:0', got {location!r}")
+        raise ValueError(f"saved_as_if_on: location must be a CUDA location such as 'cuda:0', got {location!r}")
 
     def tag(obj: Any) -> str | None:
         return location if getattr(obj, "device", None) is not None and obj.device.type == "cpu" else None
