@@ -32,6 +32,9 @@ NOTICEABLE = 0.10   # at least this share: a cost worth knowing, not yet the bot
 def wait_verdict(wait_fraction: float) -> tuple[str, str]:
     """(kind, sentence) for a share of step time spent waiting for data; kind is
     'input-bound', 'noticeable' or 'not input-bound'."""
+    if (not isinstance(wait_fraction, int | float) or isinstance(wait_fraction, bool)
+            or not 0.0 <= wait_fraction <= 1.0 + 1e-6):
+        raise ValueError(f"wait_verdict: wait_fraction must be a fraction in [0, 1], got {wait_fraction!r}")
     pct = 100 * wait_fraction
     if wait_fraction >= INPUT_BOUND:
         return "input-bound", (

@@ -141,9 +141,3 @@ def test_reencode_jpeg_is_lossy_but_close():
         pipelines.reencode_jpeg(x, quality=0)
 
 
-def test_time_epochs_counts_calls():
-    calls = []
-    m = pipelines.time_epochs(lambda: calls.append(1), repeats=3, warmup=2)
-    assert len(calls) == 5 and m.n == 3 and len(m.times) == 3
-    with pytest.raises(ValueError, match="repeats must be an int >= 1"):
-        pipelines.time_epochs(lambda: None, repeats=0)
