@@ -29,7 +29,7 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms as T
 
 from . import data, devices, paths, synthetic
-from .checks import check_int
+from .checks import check_choice, check_int
 from .devices import as_device
 from .timing import benchmark
 
@@ -52,8 +52,7 @@ def prepare_image_folder(n: int = 2048, *, fmt: str = "png", source: str = "auto
     before (complete, same `n`, format and source) is reused.
     """
     check_int("n", n, where="prepare_image_folder")
-    if fmt not in FORMATS:
-        raise ValueError(f"fmt must be one of {', '.join(FORMATS)}; got {fmt!r}")
+    check_choice("fmt", fmt, FORMATS, where="prepare_image_folder")
     base = paths.data_dir() / "image_folders"
     if root is None and source != "synthetic":
         real_done = base / f"cifar10_real_{fmt}_{n}" / _DONE
@@ -184,9 +183,7 @@ def make_loader(dataset: Dataset, *, batch_size: int, num_workers: int = 0, shuf
     if persistent_workers and num_workers == 0:
         raise ValueError("persistent_workers=True needs num_workers >= 1; with num_workers=0 "
                          "there is no worker to keep")
-    if multiprocessing_context not in START_METHODS:
-        raise ValueError(f"multiprocessing_context must be one of {START_METHODS}, "
-                         f"got {multiprocessing_context!r}")
+    check_choice("multiprocessing_context", multiprocessing_context, START_METHODS, where="make_loader")
     if multiprocessing_context is not None:
         if multiprocessing_context not in mp.get_all_start_methods():
             raise ValueError(f"multiprocessing_context={multiprocessing_context!r} is not available "
