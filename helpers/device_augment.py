@@ -30,7 +30,7 @@ from .pipelines import CIFAR_MEAN, CIFAR_STD
 def _check_uint8_batch(x: object, name: str = "x") -> torch.Tensor:
     if not isinstance(x, torch.Tensor) or x.dtype != torch.uint8 or x.ndim != 4:
         got = f"{x.dtype} tensor of shape {tuple(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__
-        raise ValueError(f"{name} must be a uint8 tensor of shape (N, C, H, W); got {got}")
+        raise ValueError(f"{name} must be a uint8 tensor of shape (N, C, H, W), got {got}")
     return x
 
 
