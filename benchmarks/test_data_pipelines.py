@@ -12,7 +12,7 @@ import os
 import pytest
 import torch
 
-from helpers import data, device_augment, devices, pipelines, threads
+from helpers import data, device_augment, devices, pipelines, threads, timing
 
 N = 2048
 BATCH = 128
@@ -29,11 +29,9 @@ def _rates(device: torch.device) -> tuple[float, float, int]:
                                       prefetch_factor=2 if k else None, device=device)
             rate_a[k] = m.per_second(N)
         x, y = data.as_tensors(data.cifar10(train=True), limit=N)
-        xd, yd = device_augment.to_device_once(x, y, device)
         aug = device_augment.DeviceAugment(pad=4, crop=32, flip=True, seed=0)
-        m_c = pipelines.time_epochs(
-            lambda: pipelines.consume(device_augment.device_batches(xd, yd, BATCH, aug, device)),
-            repeats=9, warmup=2, device=device)
+        batches = device_augment.TensorBatches(x, y, BATCH, augment=aug, device=device)
+        m_c = timing.benchmark(lambda: pipelines.consume(batches), repeats=9, warmup=2)
     best = max(rate_a, key=rate_a.get)
     return rate_a[best], m_c.per_second(N), best
 

@@ -37,7 +37,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from . import data, devices, diagnose, models, training
-from .device_augment import device_batches
+from .device_augment import TensorBatches, to_unit_float
 from .timing import Timer
 
 D2L_WORKERS = 4  # d2l.get_dataloader_workers()
@@ -340,77 +340,6 @@ def fast_recipe(waterfall: list[tuple[Recipe, StepResult, bool]]) -> Recipe:
     return kept[-1].but("fast recipe", **SAFEGUARDS)
 
 
-class EpochBatches:
-    """Re-iterable batches for `training.train`: one epoch per `iter()`, new shuffle each time.
-
-    `data="memory"`: uint8 tensor in host memory, each batch copied as uint8 and converted on the
-    device. `data="device"`: the tensors already live on the device (`device_batches`).
-    Both give exactly `ToTensor()`'s values: uint8 / 255 as float32.
-
-    `staging` (default: on a CUDA device): gather each batch with `index_select(..., out=)` into
-    one of two reusable pinned buffers, so `non_blocking=True` is a real asynchronous copy
-    (indexing a pinned tensor, `x[sel]`, returns pageable memory, which CUDA copies through a
-    staging buffer of its own, synchronously). Two buffers in turn, each reused only after an
-    event says the copy that read it has finished.
-    """
-
-    def __init__(self, x: torch.Tensor, y: torch.Tensor, batch_size: int, *, mode: str,
-                 device: torch.device, seed: int = 0, drop_last: bool = False,
-                 staging: bool | None = None) -> None:
-        if mode not in ("memory", "device"):
-            raise ValueError(f"EpochBatches: mode must be 'memory' or 'device', got {mode!r}")
-        self.mode, self.device, self.batch_size, self.seed = mode, device, batch_size, seed
-        self.drop_last = drop_last and len(x) >= batch_size
-        if mode == "device":
-            self.x, self.y = x.to(device), y.to(device)
-        else:
-            self.x, self.y = x, y
-        self.staging = (device.type == "cuda") if staging is None else bool(staging)
-        self._bufs: list[list[Any]] = []
-        if mode == "memory" and self.staging:
-            pin = device.type == "cuda" and torch.cuda.is_available()  # pinning needs CUDA
-            self._bufs = [[torch.empty((batch_size, *x.shape[1:]), dtype=x.dtype, pin_memory=pin),
-                           torch.empty((batch_size, *y.shape[1:]), dtype=y.dtype, pin_memory=pin),
-                           None] for _ in range(2)]
-        self.epoch = 0
-
-    def __len__(self) -> int:
-        if self.drop_last:
-            return len(self.x) // self.batch_size
-        return math.ceil(len(self.x) / self.batch_size)
-
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        self.epoch += 1
-        seed = self.seed + self.epoch
-        if self.mode == "device":
-            for xb, yb in device_batches(self.x, self.y, self.batch_size, device=self.device,
-                                         shuffle=True, seed=seed, drop_last=self.drop_last):
-                yield xb.float().div_(255), yb
-            return
-        g = torch.Generator().manual_seed(seed)
-        order = torch.randperm(len(self.x), generator=g)
-        stop = len(self.x) - len(self.x) % self.batch_size if self.drop_last else len(self.x)
-        for i, start in enumerate(range(0, stop, self.batch_size)):
-            sel = order[start:start + self.batch_size]
-            if not self._bufs:
-                xb = self.x[sel].to(self.device, non_blocking=True)
-                yield xb.float().div_(255), self.y[sel].to(self.device, non_blocking=True)
-                continue
-            buf = self._bufs[i % 2]
-            if buf[2] is not None:
-                buf[2].synchronize()  # the copy that last read this buffer has finished
-            xs, ys = buf[0][:len(sel)], buf[1][:len(sel)]
-            torch.index_select(self.x, 0, sel, out=xs)
-            torch.index_select(self.y, 0, sel, out=ys)
-            # copy=True: on a CPU `.to` would hand out the buffer itself, overwritten two batches on
-            xb = xs.to(self.device, non_blocking=True, copy=True)
-            yb = ys.to(self.device, non_blocking=True, copy=True)
-            if self.device.type == "cuda":
-                buf[2] = torch.cuda.Event()
-                buf[2].record()  # on the current stream, after both copies
-            yield xb.float().div_(255), yb
-
-
 @dataclass
 class StepResult:
     """What one waterfall bar measured."""
@@ -426,16 +355,19 @@ class StepResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _epoch_batches(recipe: Recipe, d: CapstoneData, device: torch.device, seed: int) -> EpochBatches:
+def _epoch_batches(recipe: Recipe, d: CapstoneData, device: torch.device, seed: int) -> TensorBatches:
+    """The uint8 images in host memory (pinned staging on CUDA) or resident on the device, each
+    batch converted there to `ToTensor()`'s values."""
     # Compiled steps (CUDA graphs above all) want one batch shape: the last partial batch is
     # dropped; seconds per epoch are scaled from samples/s, so the figure stays per full epoch.
-    return EpochBatches(d.x_train, d.y_train, recipe.batch_size, mode=recipe.data,
-                        device=device, seed=seed, drop_last=bool(recipe.compile is not None))
+    return TensorBatches(d.x_train, d.y_train, recipe.batch_size, augment=to_unit_float,
+                         mode=recipe.data, device=device, seed=seed,
+                         drop_last=bool(recipe.compile is not None))
 
 
 def _fast_train(net: nn.Module, recipe: Recipe, d: CapstoneData, device: torch.device, *,
                 num_epochs: int, max_batches: int | None, seed: int, test: bool,
-                batches: EpochBatches | None = None, on_step: Any = None) -> training.History:
+                batches: TensorBatches | None = None, on_step: Any = None) -> training.History:
     if batches is None:
         batches = _epoch_batches(recipe, d, device, seed)
     test_iter = None

@@ -26,6 +26,7 @@ import torchvision
 from torch.utils.data import Dataset
 
 from . import paths, synthetic
+from .checks import check_choice, check_int, check_seconds
 
 DATASETS = ("fashion-mnist", "cifar10")
 SOURCES = ("auto", "real", "synthetic")
@@ -43,8 +44,7 @@ def _check(name: str, source: str, train: object = True, transform: object = Non
            root: object = None) -> None:
     if name not in DATASETS:
         raise ValueError(f"unknown data set {name!r}: valid names are {', '.join(DATASETS)}")
-    if source not in SOURCES:
-        raise ValueError(f"source must be one of {', '.join(SOURCES)}; got {source!r}")
+    check_choice("source", source, SOURCES)
     if not isinstance(train, bool):
         raise TypeError(f"train must be True (training split) or False (test split); got {train!r}")
     if transform is not None and not callable(transform):
@@ -126,8 +126,7 @@ def online(url: str, timeout: float = 2.0) -> bool:
     """Can we reach the host of `url`? False at once when `FTG_OFFLINE=1`."""
     if not isinstance(url, str) or not urlparse(url).hostname:
         raise ValueError(f"online: url must be an http(s) URL string such as 'https://host/', got {url!r}")
-    if not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise ValueError(f"online: timeout must be a positive number of seconds, got {timeout!r}")
+    check_seconds("timeout", timeout, where="online")
     if os.environ.get("FTG_OFFLINE", "") not in ("", "0"):
         return False
     parsed = urlparse(url)
@@ -241,8 +240,6 @@ def as_tensors(ds: Dataset, limit: int | None = None) -> tuple[torch.Tensor, tor
     else:  # CIFAR-10: (N, H, W, C) numpy
         x = x.permute(0, 3, 1, 2)
     y = torch.as_tensor(ds.targets, dtype=torch.int64)
-    if limit is not None:
-        if not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"as_tensors: limit must be a positive int, got {limit!r}")
+    if check_int("limit", limit, where="as_tensors", allow_none=True) is not None:
         x, y = x[:limit], y[:limit]
     return x.contiguous(), y

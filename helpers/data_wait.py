@@ -9,6 +9,9 @@
 The step's share is measured up to the next `next()` call, after synchronising the device, so
 queued GPU work is charged to the step and not to the data. Pass `sync_every=k` to synchronise
 only every k steps (fewer stalls; then per-step split is approximate, the totals stay right).
+
+`wait_verdict` is the one input-bound rule: `DataWaitMeter.diagnosis` and `diagnose.classify`
+both use it.
 """
 
 from __future__ import annotations
@@ -19,14 +22,36 @@ from typing import Any
 
 import torch
 
+from .checks import check_int
 from .devices import as_device, synchronize
+
+INPUT_BOUND = 0.30  # at least this share of step time waiting for data: the loop is input-bound
+NOTICEABLE = 0.10   # at least this share: a cost worth knowing, not yet the bottleneck
+
+
+def wait_verdict(wait_fraction: float) -> tuple[str, str]:
+    """(kind, sentence) for a share of step time spent waiting for data; kind is
+    'input-bound', 'noticeable' or 'not input-bound'."""
+    if (not isinstance(wait_fraction, int | float) or isinstance(wait_fraction, bool)
+            or not 0.0 <= wait_fraction <= 1.0 + 1e-6):
+        raise ValueError(f"wait_verdict: wait_fraction must be a fraction in [0, 1], got {wait_fraction!r}")
+    pct = 100 * wait_fraction
+    if wait_fraction >= INPUT_BOUND:
+        return "input-bound", (
+            f"{pct:.0f} % of step time is waiting for data: the loop is input-bound (I/O or CPU "
+            "preprocessing). Add DataLoader workers, keep the data in memory as uint8, or move "
+            "augmentation to the device; a faster model will not help.")
+    if wait_fraction >= NOTICEABLE:
+        return "noticeable", (f"{pct:.0f} % of step time is waiting for data: input is a noticeable "
+                              "but not dominant cost.")
+    return "not input-bound", (f"only {pct:.0f} % of step time is waiting for data: the loop is "
+                               "compute-bound.")
 
 
 class DataWaitMeter:
     def __init__(self, iterable: Iterable, *, device: str | torch.device | None = None,
                  sync_every: int = 1) -> None:
-        if not isinstance(sync_every, int) or sync_every < 1:
-            raise ValueError(f"DataWaitMeter: sync_every must be an int >= 1, got {sync_every!r}")
+        check_int("sync_every", sync_every, where="DataWaitMeter")
         if not isinstance(iterable, Iterable):
             raise TypeError(f"DataWaitMeter: iterable must be iterable (a DataLoader, a list of batches, ...), "
                             f"got {type(iterable).__name__}")
@@ -56,8 +81,7 @@ class DataWaitMeter:
     def summary(self, skip: int = 0) -> dict[str, float]:
         """Totals over the steps; `skip=k` leaves out the first k steps (the first `next()` of a
         DataLoader also starts its worker processes, which is not a steady-state wait)."""
-        if not isinstance(skip, int) or skip < 0:
-            raise ValueError(f"DataWaitMeter.summary: skip must be an int >= 0, got {skip!r}")
+        check_int("skip", skip, 0, where="DataWaitMeter.summary")
         wait, compute = sum(self.wait[skip:len(self.compute)]), sum(self.compute[skip:])
         total = wait + compute
         steps = max(0, len(self.compute) - skip)
@@ -70,12 +94,5 @@ class DataWaitMeter:
         }
 
     def diagnosis(self, skip: int = 0) -> str:
-        """One sentence for the notebook: is this loop input-bound?"""
-        s = self.summary(skip)
-        pct = 100 * s["wait_fraction"]
-        if pct >= 30:
-            return (f"{pct:.0f} % of step time is waiting for data: the loop is input-bound - "
-                    "add DataLoader workers, keep data in memory, or move augmentation to the device.")
-        if pct >= 10:
-            return f"{pct:.0f} % of step time is waiting for data: input is a noticeable but not dominant cost."
-        return f"only {pct:.0f} % of step time is waiting for data: the loop is compute-bound."
+        """One sentence for the notebook: is this loop input-bound? (`wait_verdict`)"""
+        return wait_verdict(self.summary(skip)["wait_fraction"])[1]

@@ -6,19 +6,23 @@ tensor ops over the whole batch, with *per-sample* random offsets and flips. No 
 per-sample Python, no worker processes: the spirit of NVIDIA DALI, in plain PyTorch.
 
     aug = DeviceAugment(pad=4, crop=32, flip=True, mean=CIFAR_MEAN, std=CIFAR_STD, seed=0)
-    for X, y in device_batches(x_uint8, y, batch_size=512, augment=aug, device="cuda", seed=0):
+    batches = TensorBatches(x_uint8, y, 512, augment=aug, device="cuda", seed=0)
+    for X, y in batches:   # one epoch per loop, a new shuffle each time
         ...   # X: float32 (B, C, 32, 32) on the device, normalised
 
-Works the same on the CPU (it is simply the fastest way to augment there too).
+Works the same on the CPU (it is simply the fastest way to augment there too). `TensorBatches`
+is the one batch source for data held as tensors, resident on the device or in host memory.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import math
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 from torch.nn import functional as F
 
+from .checks import check_choice, check_int
 from .devices import as_device
 from .pipelines import CIFAR_MEAN, CIFAR_STD
 
@@ -26,7 +30,7 @@ from .pipelines import CIFAR_MEAN, CIFAR_STD
 def _check_uint8_batch(x: object, name: str = "x") -> torch.Tensor:
     if not isinstance(x, torch.Tensor) or x.dtype != torch.uint8 or x.ndim != 4:
         got = f"{x.dtype} tensor of shape {tuple(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__
-        raise ValueError(f"{name} must be a uint8 tensor of shape (N, C, H, W); got {got}")
+        raise ValueError(f"{name} must be a uint8 tensor of shape (N, C, H, W), got {got}")
     return x
 
 
@@ -41,9 +45,8 @@ class DeviceAugment:
     def __init__(self, *, pad: int = 4, crop: int = 32, flip: bool = True,
                  mean: Sequence[float] | None = CIFAR_MEAN,
                  std: Sequence[float] | None = CIFAR_STD, seed: int = 0) -> None:
-        for name, v, low in (("pad", pad, 0), ("crop", crop, 1)):
-            if not isinstance(v, int) or isinstance(v, bool) or v < low:
-                raise ValueError(f"DeviceAugment: {name} must be an int >= {low}, got {v!r}")
+        check_int("pad", pad, 0, where="DeviceAugment")
+        check_int("crop", crop, 1, where="DeviceAugment")
         if (mean is None) != (std is None):
             raise ValueError("DeviceAugment: give both mean and std, or neither")
         if std is not None and any(s <= 0 for s in std):
@@ -107,46 +110,6 @@ class DeviceAugment:
         return torch.addcmul(shift, out.to(torch.float32), scale)
 
 
-def device_batches(x_uint8: torch.Tensor, y: torch.Tensor, batch_size: int,
-                   augment: DeviceAugment | None = None, device: str | torch.device | None = None,
-                   shuffle: bool = True, seed: int = 0,
-                   drop_last: bool = False) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """One epoch of (X, y) batches from a data set resident on `device`.
-
-    The uint8 data is moved to the device once (a no-op when it is already there: keep the
-    moved tensor and pass it in again for later epochs). Shuffling uses a permutation drawn on
-    the device from `seed`. `augment` (e.g. `DeviceAugment`) turns each uint8 batch into the
-    float batch the model sees; without it the uint8 batch is returned.
-    """
-    x_uint8 = _check_uint8_batch(x_uint8, "x_uint8")
-    if not isinstance(y, torch.Tensor) or len(y) != len(x_uint8):
-        raise ValueError(f"y must be a tensor with one label per image ({len(x_uint8)})")
-    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-    dev = as_device(device)
-    x_dev = x_uint8.to(dev, non_blocking=True)
-    y_dev = y.to(dev, non_blocking=True)
-    n = len(x_dev)
-    if shuffle:
-        g = torch.Generator(device=dev).manual_seed(seed)
-        order = torch.randperm(n, device=dev, generator=g)
-    else:
-        order = torch.arange(n, device=dev)
-    stop = n - n % batch_size if drop_last else n
-    for start in range(0, stop, batch_size):
-        sel = order[start:start + batch_size]
-        xb = x_dev[sel]
-        yield (augment(xb) if augment is not None else xb), y_dev[sel]
-
-
-def to_device_once(x_uint8: torch.Tensor, y: torch.Tensor,
-                   device: str | torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Move the whole uint8 data set to `device` once (validated), for `device_batches`."""
-    x_uint8 = _check_uint8_batch(x_uint8, "x_uint8")
-    dev = as_device(device)
-    return x_uint8.to(dev), y.to(dev)
-
-
 def find_crop(out: torch.Tensor, x: torch.Tensor, augment: DeviceAugment,
               atol: float = 1e-4) -> tuple[int, int, bool] | None:
     """Which (row offset, column offset, flipped) of the padded `x` (C, H, W, uint8) gives the
@@ -170,26 +133,87 @@ def find_crop(out: torch.Tensor, x: torch.Tensor, augment: DeviceAugment,
     return None
 
 
-class DeviceLoader:
-    """A re-iterable `device_batches`: each `iter()` is one more epoch, with a new shuffle
-    (seed + epoch number). Moves the data to `device` once, here. Use it where a DataLoader was."""
+def to_unit_float(x: torch.Tensor) -> torch.Tensor:
+    """uint8 -> float32 in [0, 1]: exactly torchvision `ToTensor()`'s values, in one batch op."""
+    return x.float().div_(255)
 
-    def __init__(self, x_uint8: torch.Tensor, y: torch.Tensor, batch_size: int,
-                 augment: DeviceAugment | None = None, device: str | torch.device | None = None,
-                 shuffle: bool = True, seed: int = 0, drop_last: bool = False) -> None:
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-        self.x, self.y = to_device_once(x_uint8, y, device)
-        self.device = self.x.device
-        self.batch_size, self.augment, self.shuffle = batch_size, augment, shuffle
-        self.seed, self.drop_last, self.epoch = seed, drop_last, 0
+
+class TensorBatches:
+    """Re-iterable (X, y) batches from uint8 tensors: each `iter()` is one epoch, shuffled from
+    `seed + epoch number` by a permutation drawn where the data lives. Use it where a DataLoader was.
+
+    `mode="device"`: the data set is moved to `device` once, here, and each batch is one gather
+    there (a no-op move when it is already there). `mode="memory"`: it stays in host memory and
+    each uint8 batch is copied to `device` (4x fewer bytes than float32) and converted there.
+    `augment` turns the uint8 batch into what the model sees (`DeviceAugment`, `to_unit_float`,
+    any batch function); None hands out the uint8 batch.
+
+    `staging` (memory mode; default: on a CUDA device): gather each batch with
+    `index_select(..., out=)` into one of two reusable pinned buffers, so `non_blocking=True` is a
+    real asynchronous copy (indexing a pinned tensor, `x[sel]`, returns pageable memory, which CUDA
+    copies through a staging buffer of its own, synchronously). Two buffers in turn, each reused
+    only after an event says the copy that read it has finished.
+    """
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, batch_size: int, *,
+                 augment: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                 device: str | torch.device | None = None, mode: str = "device",
+                 shuffle: bool = True, seed: int = 0, drop_last: bool = False,
+                 staging: bool | None = None) -> None:
+        x = _check_uint8_batch(x, "TensorBatches: x")
+        if not isinstance(y, torch.Tensor) or len(y) != len(x):
+            raise ValueError(f"TensorBatches: y must be a tensor with one label per image ({len(x)}), "
+                             f"got {type(y).__name__ if not isinstance(y, torch.Tensor) else len(y)}")
+        self.batch_size = check_int("batch_size", batch_size, where="TensorBatches")
+        self.mode = check_choice("mode", mode, ("device", "memory"), where="TensorBatches")
+        self.device = as_device(device, "TensorBatches: device")
+        self.x, self.y = (x.to(self.device), y.to(self.device)) if mode == "device" else (x, y)
+        self.augment, self.shuffle, self.seed, self.epoch = augment, shuffle, seed, 0
+        # never drop the only (partial) batch: an epoch of zero batches trains nothing
+        self.drop_last = drop_last and len(x) >= batch_size
+        self.staging = (self.device.type == "cuda") if staging is None else bool(staging)
+        self._bufs: list[list] = []
+        if mode == "memory" and self.staging:
+            pin = self.device.type == "cuda" and torch.cuda.is_available()  # pinning needs CUDA
+            self._bufs = [[torch.empty((batch_size, *x.shape[1:]), dtype=x.dtype, pin_memory=pin),
+                           torch.empty((batch_size, *y.shape[1:]), dtype=y.dtype, pin_memory=pin),
+                           None] for _ in range(2)]
 
     def __len__(self) -> int:
         n = len(self.x)
-        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        seed = self.seed + self.epoch
+        n, where = len(self.x), self.x.device
+        if self.shuffle:
+            g = torch.Generator(device=where).manual_seed(self.seed + self.epoch)
+            order = torch.randperm(n, device=where, generator=g)
+        else:
+            order = torch.arange(n, device=where)
         self.epoch += 1
-        return device_batches(self.x, self.y, self.batch_size, self.augment, self.device,
-                              shuffle=self.shuffle, seed=seed, drop_last=self.drop_last)
+        return self._batches(order)
+
+    def _batches(self, order: torch.Tensor) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        n = len(self.x)
+        stop = n - n % self.batch_size if self.drop_last else n
+        for i, start in enumerate(range(0, stop, self.batch_size)):
+            sel = order[start:start + self.batch_size]
+            if self.mode == "device":
+                xb, yb = self.x[sel], self.y[sel]
+            elif not self._bufs:
+                xb = self.x[sel].to(self.device, non_blocking=True)
+                yb = self.y[sel].to(self.device, non_blocking=True)
+            else:
+                buf = self._bufs[i % 2]
+                if buf[2] is not None:
+                    buf[2].synchronize()  # the copy that last read this buffer has finished
+                xs, ys = buf[0][:len(sel)], buf[1][:len(sel)]
+                torch.index_select(self.x, 0, sel, out=xs)
+                torch.index_select(self.y, 0, sel, out=ys)
+                # copy=True: on a CPU `.to` would hand out the buffer itself, overwritten two batches on
+                xb = xs.to(self.device, non_blocking=True, copy=True)
+                yb = ys.to(self.device, non_blocking=True, copy=True)
+                if self.device.type == "cuda":
+                    buf[2] = torch.cuda.Event()
+                    buf[2].record()  # on the current stream, after both copies
+            yield (self.augment(xb) if self.augment is not None else xb), yb

@@ -11,10 +11,10 @@ Two measurements are combined:
   was); on a CPU, the time spent inside operators over the step time (how much of the step is
   arithmetic rather than Python).
 
-The verdict, in order: more than `input_threshold` of the time waiting for data -> input-bound
-(I/O or CPU preprocessing). Otherwise on a GPU: device busy at least `busy_threshold` ->
-GPU-bound, else the GPU idles while Python launches kernels -> CPU (launch-overhead) bound.
-On a CPU: operators take at least `busy_threshold` of the step -> compute-bound on the CPU,
+The verdict, in order: at least `data_wait.INPUT_BOUND` of the time waiting for data ->
+input-bound (I/O or CPU preprocessing; `data_wait.wait_verdict`, the one rule). Otherwise on a
+GPU: device busy at least `busy_threshold` -> GPU-bound, else the GPU idles while Python
+launches kernels -> CPU (launch-overhead) bound. On a CPU: operators take at least `busy_threshold` of the step -> compute-bound on the CPU,
 else Python-overhead bound.
 """
 
@@ -30,7 +30,8 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from .data_wait import DataWaitMeter
+from .checks import check_choice, check_int
+from .data_wait import DataWaitMeter, wait_verdict
 from .devices import as_device, synchronize
 
 KINDS = ("input-bound", "gpu-bound", "launch-bound", "cpu-compute-bound", "python-bound")
@@ -60,19 +61,16 @@ class Diagnosis:
 
 
 def classify(wait_fraction: float, busy_fraction: float, device_type: str, *,
-             input_threshold: float = 0.3, busy_threshold: float = 0.6) -> tuple[str, str]:
+             busy_threshold: float = 0.6) -> tuple[str, str]:
     """(kind, message) from the two fractions; a plain function so tests can check every branch."""
     for name, v in (("wait_fraction", wait_fraction), ("busy_fraction", busy_fraction)):
         if not 0.0 <= v <= 1.0 + 1e-6:
             raise ValueError(f"classify: {name} must be in [0, 1], got {v!r}")
-    if device_type not in ("cpu", "cuda"):
-        raise ValueError(f"classify: device_type must be 'cpu' or 'cuda', got {device_type!r}")
+    check_choice("device_type", device_type, ("cpu", "cuda"), where="classify")
     wait, busy = 100 * wait_fraction, 100 * min(busy_fraction, 1.0)
-    if wait_fraction >= input_threshold:
-        return "input-bound", (
-            f"{wait:.0f} % of step time is waiting for data: the loop is input-bound (I/O or CPU "
-            "preprocessing). Add DataLoader workers, keep the data in memory as uint8, or move "
-            "augmentation to the device; a faster model will not help.")
+    kind, sentence = wait_verdict(wait_fraction)
+    if kind == "input-bound":
+        return kind, sentence
     if device_type == "cuda":
         if busy_fraction >= busy_threshold:
             return "gpu-bound", (
@@ -135,8 +133,7 @@ def _device_kernel_seconds(prof: profile) -> float:
 
 def profile_loop(step: Callable[..., Any], batches: Iterable, *, device: str | torch.device | None = None,
                  steps: int = 5, warmup: int = 1, trace_path: str | Path | None = None,
-                 row_limit: int = 12, input_threshold: float = 0.3,
-                 busy_threshold: float = 0.6) -> Diagnosis:
+                 row_limit: int = 12, busy_threshold: float = 0.6) -> Diagnosis:
     """Run `warmup` then `steps` calls of `step(batch)` on batches from `batches`, profiled.
 
     `step` receives the batch exactly as the iterable yields it (for `(X, y)` batches write
@@ -144,8 +141,7 @@ def profile_loop(step: Callable[..., Any], batches: Iterable, *, device: str | t
     loader shorter than `warmup + steps` raises a clear error rather than a silent partial result.
     """
     for name, v, low in (("steps", steps, 1), ("warmup", warmup, 0), ("row_limit", row_limit, 1)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < low:
-            raise ValueError(f"profile_loop: {name} must be an int >= {low}, got {v!r}")
+        check_int(name, v, low, where="profile_loop")
     if not callable(step):
         raise TypeError(f"profile_loop: step must be callable, got {type(step).__name__}")
     dev = as_device(device)
@@ -178,8 +174,7 @@ def profile_loop(step: Callable[..., Any], batches: Iterable, *, device: str | t
     else:
         busy = _cpu_operator_fraction(prof)
         sort_by = "self_cpu_time_total"
-    kind, message = classify(wait_fraction, busy, dev.type, input_threshold=input_threshold,
-                             busy_threshold=busy_threshold)
+    kind, message = classify(wait_fraction, busy, dev.type, busy_threshold=busy_threshold)
     table = prof.key_averages().table(sort_by=sort_by, row_limit=row_limit)
     path = None
     if trace_path is not None:
@@ -203,9 +198,8 @@ class StepWindow:
     """
 
     def __init__(self, *, device: str | torch.device | None = None, warmup: int = 3, steps: int = 10) -> None:
-        for name, v, low in (("warmup", warmup, 1), ("steps", steps, 1)):
-            if not isinstance(v, int) or isinstance(v, bool) or v < low:
-                raise ValueError(f"StepWindow: {name} must be an int >= {low}, got {v!r}")
+        check_int("warmup", warmup, where="StepWindow")
+        check_int("steps", steps, where="StepWindow")
         self.device = as_device(device)
         self.warmup, self.steps = warmup, steps
         self.prof: profile | None = None

@@ -29,7 +29,9 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms as T
 
 from . import data, devices, paths, synthetic
+from .checks import check_choice, check_int
 from .devices import as_device
+from .timing import benchmark
 
 # Per-channel statistics of the real CIFAR-10 training set (the usual constants).
 CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
@@ -37,12 +39,6 @@ CIFAR_STD = (0.2470, 0.2435, 0.2616)
 FORMATS = ("png", "jpeg")
 START_METHODS = (None, "fork", "spawn", "forkserver")
 _DONE = "COMPLETE.json"
-
-
-def _positive_int(name: str, value: object, low: int = 1) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-    return value
 
 
 # ----------------------------------------------------------------------------- data on disk
@@ -55,9 +51,8 @@ def prepare_image_folder(n: int = 2048, *, fmt: str = "png", source: str = "auto
     stand-in). Returns the folder and whether the images are synthetic. A folder written
     before (complete, same `n`, format and source) is reused.
     """
-    _positive_int("n", n)
-    if fmt not in FORMATS:
-        raise ValueError(f"fmt must be one of {', '.join(FORMATS)}; got {fmt!r}")
+    check_int("n", n, where="prepare_image_folder")
+    check_choice("fmt", fmt, FORMATS, where="prepare_image_folder")
     base = paths.data_dir() / "image_folders"
     if root is None and source != "synthetic":
         real_done = base / f"cifar10_real_{fmt}_{n}" / _DONE
@@ -97,8 +92,8 @@ def cifar_train_transform(*, pad: int = 4, crop: int = 32, flip: bool = True,
                           std: tuple[float, ...] = CIFAR_STD) -> T.Compose:
     """The classic CIFAR-10 training recipe on a decoded PIL image: pad + random crop, random
     horizontal flip, to float tensor, normalise. torchvision classes, so it pickles for `spawn`."""
-    _positive_int("crop", crop)
-    _positive_int("pad", pad, low=0)
+    check_int("crop", crop, where="cifar_train_transform")
+    check_int("pad", pad, 0, where="cifar_train_transform")
     steps: list = [T.RandomCrop(crop, padding=pad)]
     if flip:
         steps.append(T.RandomHorizontalFlip())
@@ -156,8 +151,8 @@ def tensor_train_transform(*, pad: int = 4, crop: int = 32, flip: bool = True,
     """The same recipe as `cifar_train_transform`, per sample on a uint8 tensor (torchvision v2)."""
     from torchvision.transforms import v2
 
-    _positive_int("crop", crop)
-    _positive_int("pad", pad, low=0)
+    check_int("crop", crop, where="tensor_train_transform")
+    check_int("pad", pad, 0, where="tensor_train_transform")
     steps: list = [v2.RandomCrop(crop, padding=pad)]
     if flip:
         steps.append(v2.RandomHorizontalFlip())
@@ -177,20 +172,18 @@ def make_loader(dataset: Dataset, *, batch_size: int, num_workers: int = 0, shuf
     """
     if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
         raise TypeError(f"dataset must be a map-style Dataset, got {type(dataset).__name__}")
-    _positive_int("batch_size", batch_size)
-    _positive_int("num_workers", num_workers, low=0)
+    check_int("batch_size", batch_size, where="make_loader")
+    check_int("num_workers", num_workers, 0, where="make_loader")
     if prefetch_factor is not None:
         if num_workers == 0:
             raise ValueError(
                 f"prefetch_factor={prefetch_factor!r} needs num_workers >= 1 (it is the number of "
                 "batches each worker loads ahead); leave prefetch_factor=None with num_workers=0")
-        _positive_int("prefetch_factor", prefetch_factor)
+        check_int("prefetch_factor", prefetch_factor, where="make_loader")
     if persistent_workers and num_workers == 0:
         raise ValueError("persistent_workers=True needs num_workers >= 1; with num_workers=0 "
                          "there is no worker to keep")
-    if multiprocessing_context not in START_METHODS:
-        raise ValueError(f"multiprocessing_context must be one of {START_METHODS}, "
-                         f"got {multiprocessing_context!r}")
+    check_choice("multiprocessing_context", multiprocessing_context, START_METHODS, where="make_loader")
     if multiprocessing_context is not None:
         if multiprocessing_context not in mp.get_all_start_methods():
             raise ValueError(f"multiprocessing_context={multiprocessing_context!r} is not available "
@@ -216,8 +209,7 @@ def consume(batches: Iterable, device: str | torch.device | None = None,
     if not isinstance(batches, Iterable):
         raise TypeError(f"consume: batches must be iterable (a DataLoader, a list of (x, y)), "
                         f"got {type(batches).__name__}")
-    if limit is not None:
-        _positive_int("limit", limit)
+    check_int("limit", limit, where="consume", allow_none=True)
     n = 0
     dev = as_device(device, "consume: device") if device is not None else None
     for i, (x, _y) in enumerate(batches):
@@ -242,8 +234,8 @@ def reencode_jpeg(x: torch.Tensor, quality: int = 75) -> torch.Tensor:
 
     if not isinstance(x, torch.Tensor) or x.dtype != torch.uint8 or x.ndim != 4:
         raise ValueError("x must be a uint8 tensor of shape (N, C, H, W)")
-    if not isinstance(quality, int) or not 1 <= quality <= 100:
-        raise ValueError(f"quality must be an int in 1..100, got {quality!r}")
+    if not isinstance(quality, int) or isinstance(quality, bool) or not 1 <= quality <= 100:
+        raise ValueError(f"reencode_jpeg: quality must be an int in 1..100, got {quality!r}")
     arr = x.permute(0, 2, 3, 1).contiguous().numpy()
     out = np.empty_like(arr)
     for i, img in enumerate(arr):
@@ -257,22 +249,6 @@ def reencode_jpeg(x: torch.Tensor, quality: int = 75) -> torch.Tensor:
 
 # ----------------------------------------------------------------------------- measuring a loader
 
-def time_epochs(fn, *, repeats: int = 3, warmup: int = 0,
-                device: str | torch.device | None = None, label: str = "epoch"):
-    """Seconds per call of `fn` (one epoch), as a `timing.Measurement`: `warmup` untimed calls,
-    then `repeats` timed ones, the GPU synchronised around each (`timing.benchmark`).
-    `device` is checked, so a typo fails here rather than deep in `fn`."""
-    from .devices import as_device
-    from .timing import benchmark
-
-    for name, value, low in (("repeats", repeats, 1), ("warmup", warmup, 0)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < low:
-            raise ValueError(f"time_epochs: {name} must be an int >= {low}, got {value!r}")
-    if device is not None:
-        as_device(device)
-    return benchmark(fn, repeats=repeats, warmup=warmup, number=1, label=label)
-
-
 def time_loader(dataset: Dataset, *, batch_size: int, repeats: int = 3, warmup: int = 0,
                 device: str | torch.device | None = None, label: str = "",
                 **loader_kwargs: object):
@@ -283,11 +259,12 @@ def time_loader(dataset: Dataset, *, batch_size: int, repeats: int = 3, warmup: 
     for starting its workers, as a real training epoch does. The loader is shut down before
     returning, so no worker outlives the measurement.
     """
+    if device is not None:
+        as_device(device, "time_loader: device")  # a typo fails here, before any worker starts
     loader = make_loader(dataset, batch_size=batch_size, **loader_kwargs)
     try:
-        return time_epochs(lambda: consume(loader, device), repeats=repeats, warmup=warmup,
-                           device=device,
-                           label=label or f"workers={loader_kwargs.get('num_workers', 0)}")
+        return benchmark(lambda: consume(loader, device), repeats=repeats, warmup=warmup,
+                         label=label or f"workers={loader_kwargs.get('num_workers', 0)}")
     finally:
         shutdown(loader)
 

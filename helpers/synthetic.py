@@ -22,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .checks import check_int
+
 FASHION_CLASSES = ["t-shirt", "trouser", "pullover", "dress", "coat",
                    "sandal", "shirt", "sneaker", "bag", "ankle boot"]
 CIFAR_CLASSES = ["airplane", "automobile", "bird", "cat", "deer",
@@ -32,8 +34,9 @@ MARKER = "SYNTHETIC.json"
 def class_images(n: int, height: int, width: int, channels: int = 1, *, num_classes: int = 10,
                  seed: int = 0, label_noise: float = 0.05, noise: float = 0.35) -> tuple[np.ndarray, np.ndarray]:
     """`n` uint8 images (N, H, W, C) and int64 labels from class prototypes (see module doc)."""
-    _positive_ints("class_images", n=n, height=height, width=width, channels=channels,
-                   num_classes=num_classes)
+    for name, v in (("n", n), ("height", height), ("width", width), ("channels", channels),
+                    ("num_classes", num_classes)):
+        check_int(name, v, where="class_images")
     if not isinstance(label_noise, (int, float)) or not 0 <= label_noise < 1:
         raise ValueError(f"class_images: label_noise must be in [0, 1), got {label_noise!r}")
     if not isinstance(noise, (int, float)) or noise < 0:
@@ -58,12 +61,6 @@ def class_images(n: int, height: int, width: int, channels: int = 1, *, num_clas
     flip = rng.random(n) < label_noise
     labels[flip] = rng.integers(0, num_classes, int(flip.sum()))
     return images, labels.astype(np.int64)
-
-
-def _positive_ints(where: str, minimum: int = 1, **values: object) -> None:
-    for name, v in values.items():
-        if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
-            raise ValueError(f"{where}: {name} must be an int >= {minimum}, got {v!r}")
 
 
 def _idx_bytes(array: np.ndarray) -> bytes:
@@ -108,7 +105,8 @@ def _write_folder(target: Path, files: dict[str, bytes], dirs: tuple[str, ...] =
 def write_fashion_mnist(root: str | Path, n_train: int = 60000, n_test: int = 10000) -> Path:
     """Write `<root>/FashionMNIST/raw/*-ubyte` as torchvision's FashionMNIST expects them
     (atomically: a folder appears complete or not at all)."""
-    _positive_ints("write_fashion_mnist", n_train=n_train, n_test=n_test)
+    check_int("n_train", n_train, where="write_fashion_mnist")
+    check_int("n_test", n_test, where="write_fashion_mnist")
     files = {}
     for prefix, n, seed in (("train", n_train, 1), ("t10k", n_test, 2)):
         x, y = class_images(n, 28, 28, 1, seed=seed)
@@ -161,8 +159,8 @@ def _cifar_files(n_train: int, n_test: int) -> dict[str, bytes]:
 
 
 def _check_cifar_sizes(where: str, n_train: object, n_test: object) -> None:
-    _positive_ints(where, n_test=n_test)
-    _positive_ints(where, minimum=5, n_train=n_train)  # one image per training batch at least
+    check_int("n_test", n_test, where=where)
+    check_int("n_train", n_train, 5, where=where)  # one image per training batch at least
     if n_train > CIFAR_MAX[0] or n_test > CIFAR_MAX[1]:
         raise ValueError(f"{where}: n_train and n_test must be at most {CIFAR_MAX[0]} and {CIFAR_MAX[1]} "
                          f"(the real set's sizes), got {n_train} and {n_test}")

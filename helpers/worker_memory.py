@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 
 import psutil
 
+from .checks import check_int, check_seconds
+
 MB = 2**20
 _NOT_WORKERS = ("resource_tracker", "forkserver", "semaphore_tracker")
 
@@ -61,8 +63,7 @@ class WorkerMemorySampler:
     samples: list[dict] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.interval, (int, float)) or self.interval <= 0:
-            raise ValueError(f"WorkerMemorySampler: interval must be > 0 seconds, got {self.interval!r}")
+        check_seconds("interval", self.interval, where="WorkerMemorySampler")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._me = psutil.Process()
@@ -152,8 +153,7 @@ def private_pss(pid: int, fallback: int = 0) -> int:
 
 def batch_megabytes(batch_size: int, shape: tuple[int, ...], bytes_per_value: int = 4) -> float:
     """Size of one batch of `shape`-sized samples (float32 by default), in MB."""
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    check_int("batch_size", batch_size, where="batch_megabytes")
     n = batch_size * bytes_per_value
     for s in shape:
         n *= s
@@ -163,6 +163,5 @@ def batch_megabytes(batch_size: int, shape: tuple[int, ...], bytes_per_value: in
 def claimed_worker_megabytes(batch_mb: float, num_workers: int, prefetch_factor: int = 2) -> float:
     """Claim L2's arithmetic, made exact for PyTorch: each worker keeps up to `prefetch_factor`
     finished batches in flight, so the batches alone need workers x prefetch x batch size."""
-    if not isinstance(num_workers, int) or num_workers < 0:
-        raise ValueError(f"num_workers must be an int >= 0, got {num_workers!r}")
+    check_int("num_workers", num_workers, 0, where="claimed_worker_megabytes")
     return batch_mb * num_workers * prefetch_factor

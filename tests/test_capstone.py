@@ -37,25 +37,6 @@ def test_waterfall_changes_scale_lr_and_keep_order():
     assert big == {"batch_size": 1024, "lr": pytest.approx(0.4)}
 
 
-@pytest.mark.parametrize("mode", ["memory", "device"])
-def test_epoch_batches_give_totensor_values_and_every_sample(tiny, mode):
-    b = capstone.EpochBatches(tiny.x_train, tiny.y_train, 32, mode=mode, device=torch.device("cpu"))
-    assert len(b) == 3
-    xs, ys = zip(*list(b), strict=True)
-    X, Y = torch.cat(xs), torch.cat(ys)
-    assert X.dtype == torch.float32 and len(X) == 96
-    # a permutation of the data set, with ToTensor's scaling
-    ref = tiny.x_train.float() / 255
-    assert torch.allclose(X.sum(0), ref.sum(0), atol=1e-3)
-    assert sorted(Y.tolist()) == sorted(tiny.y_train.tolist())
-    assert not torch.equal(torch.cat([y for _, y in b]), Y)  # a new shuffle each epoch
-
-
-def test_epoch_batches_bad_mode(tiny):
-    with pytest.raises(ValueError, match="mode"):
-        capstone.EpochBatches(tiny.x_train, tiny.y_train, 8, mode="disk", device=torch.device("cpu"))
-
-
 def test_reference_and_fast_recipe_run_and_fast_keeps_winners(tiny):
     wf = capstone.run_waterfall(tiny, device="cpu", width=2, batch_size=16, big_batch=32,
                                 epochs=1, max_batches=2, busy_batches=1, num_workers=0,
@@ -144,13 +125,6 @@ def test_linear_decay_takes_the_lr_to_zero_over_the_run(tiny):
 def test_build_net_is_reproducible():
     a, b = capstone.build_net(4, seed=3), capstone.build_net(4, seed=3)
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters(), strict=True))
-
-
-def test_epoch_batches_drop_last_gives_one_shape(tiny):
-    b = capstone.EpochBatches(tiny.x_train, tiny.y_train, 40, mode="device",
-                              device=torch.device("cpu"), drop_last=True)
-    shapes = {x.shape[0] for x, _ in b}
-    assert shapes == {40} and len(b) == 2
 
 
 def test_backend_flags_set_tf32_and_cudnn_benchmark_and_restore_them():
@@ -252,28 +226,6 @@ def test_cuda_graphs_recipe_is_recognised():
     assert not ref.but("c", compile={}).uses_cuda_graphs
 
 
-def test_staged_batches_match_plain_indexing_and_are_not_overwritten(tiny):
-    # the pinned-buffer path (on a GPU) through unpinned buffers on the CPU: same numbers, and a
-    # batch handed out is not changed by the buffer's reuse two batches later
-    plain = capstone.EpochBatches(tiny.x_train, tiny.y_train, 20, mode="memory",
-                                  device=torch.device("cpu"), seed=5, staging=False)
-    staged = capstone.EpochBatches(tiny.x_train, tiny.y_train, 20, mode="memory",
-                                   device=torch.device("cpu"), seed=5, staging=True)
-    assert staged._bufs and not plain._bufs
-    a, b = list(plain), list(staged)
-    assert len(a) == len(b) == 5 and b[-1][0].shape[0] == 16  # the partial last batch too
-    for (xa, ya), (xb, yb) in zip(a, b, strict=True):
-        assert torch.equal(xa, xb) and torch.equal(ya, yb)
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: pinned staging buffers")
-def test_staging_buffers_are_pinned_on_cuda(tiny):
-    b = capstone.EpochBatches(tiny.x_train, tiny.y_train, 32, mode="memory", device=torch.device("cuda"))
-    assert all(buf[0].is_pinned() and buf[1].is_pinned() for buf in b._bufs)
-    xs = torch.cat([x.cpu() for x, _ in b])
-    assert torch.allclose(xs.sum(0), (tiny.x_train.float() / 255).sum(0), atol=1e-3)
-
-
 def test_a_cuda_graphs_bar_whose_graphs_did_not_run_is_flagged_not_kept():
     ref, _ = capstone.waterfall_changes()
     graphs = ref.but("+ CUDA graphs", data="device", compile={"mode": "reduce-overhead"})
@@ -297,3 +249,16 @@ def test_measure_a_compiled_recipe_times_three_steady_epochs(tiny):
     assert len(r.extra["epoch_seconds"]) == 3 and r.extra["warmup_epochs"] == 1
     assert r.seconds_per_epoch == pytest.approx(sorted(r.extra["epoch_seconds"])[1])
     assert r.extra["busy_steps"] == 1 and "cuda_graphs_used" not in r.extra
+
+
+@pytest.mark.parametrize("data", ["memory", "device"])
+def test_epoch_batches_give_totensor_values_and_drop_last_when_compiled(tiny, data):
+    ref, _ = capstone.waterfall_changes()
+    plain = capstone._epoch_batches(ref.but("p", data=data, batch_size=40), tiny, torch.device("cpu"), 0)
+    xs, ys = zip(*list(plain), strict=True)
+    assert plain.mode == data and [len(x) for x in xs] == [40, 40, 16]
+    assert torch.allclose(torch.cat(xs).sum(0), (tiny.x_train.float() / 255).sum(0), atol=1e-3)
+    assert sorted(torch.cat(ys).tolist()) == sorted(tiny.y_train.tolist())
+    compiled = capstone._epoch_batches(ref.but("c", data=data, batch_size=40, compile={}), tiny,
+                                       torch.device("cpu"), 0)
+    assert [len(x) for x, _ in compiled] == [40, 40]

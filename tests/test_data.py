@@ -60,7 +60,7 @@ def test_offline_never_hangs_and_real_is_a_clear_error(data_root):
 def test_unknown_names():
     with pytest.raises(ValueError, match="valid names are fashion-mnist, cifar10"):
         data.load("imagenet")
-    with pytest.raises(ValueError, match="source must be one of auto, real, synthetic"):
+    with pytest.raises(ValueError, match="source must be one of 'auto', 'real', 'synthetic'"):
         data.load("cifar10", source="web")
 
 

@@ -112,14 +112,6 @@ def noop() -> None:
     return None
 
 
-def first(gen_fn):
-    """For generator functions, whose checks run at the first `next()`."""
-    def call(*args: Any, **kwargs: Any) -> Any:
-        return next(iter(gen_fn(*args, **kwargs)))
-    call.__qualname__ = f"next({gen_fn.__qualname__})"
-    return call
-
-
 def entered(cm_fn):
     """For context managers, whose checks run on entering."""
     def call(*args: Any, **kwargs: Any) -> Any:
@@ -210,11 +202,11 @@ CASES = [
     # --- data ------------------------------------------------------------------------------
     case(data.load, ValueError, r"unknown data set 'imagenet': valid names are fashion-mnist, cifar10", "imagenet"),
     case(data.load, ValueError, r"unknown data set 5: valid names are fashion-mnist, cifar10", 5),
-    case(data.load, ValueError, r"source must be one of auto, real, synthetic; got 'web'", "cifar10", source="web"),
+    case(data.load, ValueError, r"source must be one of 'auto', 'real', 'synthetic', got 'web'", "cifar10", source="web"),
     case(data.load, TypeError, r"train must be True \(training split\) or False \(test split\); got 'yes'", "cifar10", train="yes"),
     case(data.load, TypeError, r"transform must be callable .* or None; got 5", "fashion-mnist", transform=5),
     case(data.load, TypeError, r"root must be a folder path \(str or Path\) or None; got int", "fashion-mnist", root=7),
-    case(data.fashion_mnist, ValueError, r"source must be one of auto, real, synthetic; got 'x'", source="x"),
+    case(data.fashion_mnist, ValueError, r"source must be one of 'auto', 'real', 'synthetic', got 'x'", source="x"),
     case(data.cifar10, TypeError, r"train must be True .* got 1", 1),
     case(data.describe, TypeError, r"ds must be a data set from helpers.data.load\(\), got int", 5),
     case(data.as_tensors, TypeError, r"ds must be a data set from helpers.data.load\(\) .* got list", [1, 2]),
@@ -222,7 +214,7 @@ CASES = [
     case(data.diagnose, TypeError, r"root must be a folder path \(str or Path\) or None; got int", "cifar10", 5),
     case(data.online, ValueError, r"url must be an http\(s\) URL string .* got 5", 5),
     case(data.online, ValueError, r"url must be an http\(s\) URL string .* got 'not a url'", "not a url"),
-    case(data.online, ValueError, r"timeout must be a positive number of seconds, got 0", "https://example.org/", timeout=0),
+    case(data.online, ValueError, r"online: timeout must be a positive finite number of seconds, got 0", "https://example.org/", timeout=0),
     # --- synthetic -------------------------------------------------------------------------
     case(synthetic.class_images, ValueError, r"class_images: n " + POSITIVE + r", got 0", 0, 8, 8),
     case(synthetic.class_images, ValueError, r"class_images: n " + POSITIVE + r", got -3", -3, 8, 8),
@@ -279,6 +271,7 @@ CASES = [
     case(data_wait.DataWaitMeter, ValueError, r"sync_every must be an int >= 1, got -2", [], sync_every=-2),
     case(data_wait.DataWaitMeter, TypeError, r"iterable must be iterable \(a DataLoader.*got int", 5),
     case(data_wait.DataWaitMeter, ValueError, r"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'tpu'", [1], device="tpu"),
+    case(data_wait.wait_verdict, ValueError, r"wait_verdict: wait_fraction must be a fraction in \[0, 1\], got 1.5", 1.5),
     # --- suite -----------------------------------------------------------------------------
     case(suite.main, ValueError, r"unknown profile 'fast': valid profiles are smoke, full, auto", ["--profile", "fast"]),
     case(suite.choose_profile, ValueError, r"unknown profile 'fast': valid profiles are smoke, full, auto", "fast"),
@@ -292,7 +285,7 @@ CASES = [
     case(catalog.runtime_table, TypeError, r"entries must be the list of dicts", [{"title": "no file"}]),
     case(catalog.render_readme, ValueError, r"the README must hold the markers", "text", []),
     # --- pipelines (notebooks 02-03) --------------------------------------------------------
-    case(pipelines.prepare_image_folder, ValueError, r"fmt must be one of png, jpeg; got 'gif'", 8, fmt="gif"),
+    case(pipelines.prepare_image_folder, ValueError, r"prepare_image_folder: fmt must be one of 'png', 'jpeg', got 'gif'", 8, fmt="gif"),
     case(pipelines.prepare_image_folder, ValueError, r"n must be an int >= 1, got 0", 0),
     case(pipelines.image_folder, FileNotFoundError, r"root: the image folder '/nonexistent/q' does not exist", "/nonexistent/q"),
     case(pipelines.PerSampleTensorDataset, ValueError, r"x must be a uint8 tensor of shape \(N, C, H, W\)", X4.float(), Y4),
@@ -301,9 +294,8 @@ CASES = [
     case(pipelines.make_loader, ValueError, r"batch_size must be an int >= 1, got 0", DS4, batch_size=0),
     case(pipelines.make_loader, ValueError, r"num_workers must be an int >= 0, got -1", DS4, batch_size=2, num_workers=-1),
     case(pipelines.make_loader, ValueError, r"persistent_workers=True needs num_workers >= 1", DS4, batch_size=2, persistent_workers=True),
-    case(pipelines.make_loader, ValueError, r"multiprocessing_context must be one of .*'fork', 'spawn', 'forkserver'.*got 'thread'", DS4, batch_size=2, num_workers=1, multiprocessing_context="thread"),
+    case(pipelines.make_loader, ValueError, r"make_loader: multiprocessing_context must be one of None, 'fork', 'spawn', 'forkserver', got 'thread'", DS4, batch_size=2, num_workers=1, multiprocessing_context="thread"),
     case(pipelines.reencode_jpeg, ValueError, r"quality must be an int in 1..100, got 0", X4, quality=0),
-    case(pipelines.time_epochs, ValueError, r"time_epochs: repeats must be an int >= 1, got 0", noop, repeats=0),
     case(pipelines.time_loader, ValueError, r"batch_size must be an int >= 1, got 0", DS4, batch_size=0),
     case(timing.micro_benchmark, ValueError, r"micro_benchmark: stmt must be a non-empty string", ""),
     case(timing.micro_benchmark, ValueError, r"min_run_time must be a positive finite number", "1", min_run_time=0),
@@ -313,19 +305,20 @@ CASES = [
     case(pipelines.tensor_train_transform, ValueError, r"pad must be an int >= 0, got -1", pad=-1),
     case(pipelines.consume, TypeError, r"consume: batches must be iterable .* got int", 5),
     case(pipelines.consume, ValueError, r"consume: device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'tpu'", [], device="tpu"),
-    case(pipelines.consume, ValueError, r"limit must be an int >= 1, got 0", [], limit=0),
+    case(pipelines.consume, ValueError, r"consume: limit must be an int >= 1 or None, got 0", [], limit=0),
     # --- device_augment, worker_memory, models.small_cnn ------------------------------------------
     case(device_augment.DeviceAugment, ValueError, r"DeviceAugment: crop must be an int >= 1, got 0", crop=0),
     case(device_augment.DeviceAugment, ValueError, r"DeviceAugment: pad must be an int >= 0, got -2", pad=-2),
     case(device_augment.DeviceAugment, ValueError, r"give both mean and std, or neither", mean=None),
     case(device_augment.DeviceAugment, ValueError, r"std must be positive", std=(0.0, 1.0, 1.0)),
-    case(first(device_augment.device_batches), ValueError, r"batch_size must be an int >= 1, got 0", X4, Y4, 0),
-    case(first(device_augment.device_batches), ValueError, r"x_uint8 must be a uint8 tensor of shape \(N, C, H, W\)", X4.float(), Y4, 2),
-    case(first(device_augment.device_batches), ValueError, r"y must be a tensor with one label per image \(4\)", X4, Y4[:1], 2),
-    case(device_augment.DeviceLoader, ValueError, r"batch_size must be an int >= 1, got 0", X4, Y4, 0),
-    case(worker_memory.WorkerMemorySampler, ValueError, r"interval must be > 0 seconds, got 0", interval=0),
-    case(worker_memory.batch_megabytes, ValueError, r"batch_size must be an int >= 1, got 0", 0, (3, 32, 32)),
-    case(worker_memory.claimed_worker_megabytes, ValueError, r"num_workers must be an int >= 0, got -1", 1.0, -1),
+    case(device_augment.TensorBatches, ValueError, r"TensorBatches: batch_size must be an int >= 1, got 0", X4, Y4, 0, device="cpu"),
+    case(device_augment.TensorBatches, ValueError, r"TensorBatches: x must be a uint8 tensor of shape \(N, C, H, W\)", X4.float(), Y4, 2),
+    case(device_augment.TensorBatches, ValueError, r"TensorBatches: y must be a tensor with one label per image \(4\)", X4, Y4[:1], 2),
+    case(device_augment.TensorBatches, ValueError, r"TensorBatches: mode must be one of 'device', 'memory', got 'disk'", X4, Y4, 2, mode="disk", device="cpu"),
+    case(device_augment.TensorBatches, ValueError, r"TensorBatches: device must be .*got 'tpu'", X4, Y4, 2, device="tpu"),
+    case(worker_memory.WorkerMemorySampler, ValueError, r"WorkerMemorySampler: interval must be a positive finite number of seconds, got 0", interval=0),
+    case(worker_memory.batch_megabytes, ValueError, r"batch_megabytes: batch_size must be an int >= 1, got 0", 0, (3, 32, 32)),
+    case(worker_memory.claimed_worker_megabytes, ValueError, r"claimed_worker_megabytes: num_workers must be an int >= 0, got -1", 1.0, -1),
     case(models.small_cnn, ValueError, r"small_cnn: width must be an int >= 1, got 0", width=0),
     # --- training, launch, batch_finder (notebooks 04-12) --------------------------------------
     case(training.resolve_precision, ValueError, r"resolve_precision: precision must be one of 'fp32', 'fp16', 'bf16', got 'fp8'", "fp8", "cpu"),

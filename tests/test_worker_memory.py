@@ -52,7 +52,7 @@ def test_arithmetic():
         wm.batch_megabytes(0, (3, 32, 32))
     with pytest.raises(ValueError, match="num_workers must be an int >= 0"):
         wm.claimed_worker_megabytes(1.0, -1)
-    with pytest.raises(ValueError, match="interval must be > 0"):
+    with pytest.raises(ValueError, match="WorkerMemorySampler: interval must be a positive finite number of seconds"):
         wm.WorkerMemorySampler(interval=0)
 
 
