@@ -14,8 +14,9 @@ Two measurements are combined:
 The verdict, in order: at least `data_wait.INPUT_BOUND` of the time waiting for data ->
 input-bound (I/O or CPU preprocessing; `data_wait.wait_verdict`, the one rule). Otherwise on a
 GPU: device busy at least `busy_threshold` -> GPU-bound, else the GPU idles while Python
-launches kernels -> CPU (launch-overhead) bound. On a CPU: operators take at least `busy_threshold` of the step -> compute-bound on the CPU,
-else Python-overhead bound.
+launches kernels -> CPU (launch-overhead) bound. On a CPU: operators take at least
+`busy_threshold` of the step -> compute-bound on the CPU, else Python-overhead bound. On MPS or
+XPU, whose kernels torch.profiler does not time, only "not input-bound" can be said, and is.
 """
 
 from __future__ import annotations
@@ -34,7 +35,11 @@ from .checks import check_choice, check_int
 from .data_wait import DataWaitMeter, wait_verdict
 from .devices import as_device, synchronize
 
-KINDS = ("input-bound", "gpu-bound", "launch-bound", "cpu-compute-bound", "python-bound")
+KINDS = ("input-bound", "gpu-bound", "launch-bound", "cpu-compute-bound", "python-bound",
+         "not-input-bound")
+# torch.profiler times kernels on CUDA only; on other accelerators (Apple's MPS, Intel's XPU)
+# the device's busy time is not measured here, and the verdict says so instead of guessing.
+KERNEL_TIMED = ("cuda",)
 STEP_LABEL = "train_step"
 
 
@@ -48,7 +53,7 @@ class Diagnosis:
     steps: int
     wall_s: float
     wait_fraction: float
-    busy_fraction: float
+    busy_fraction: float | None  # None where the device's kernel time is not measured
     table: str = ""
     trace_path: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -60,13 +65,29 @@ class Diagnosis:
                 "trace_path": str(self.trace_path) if self.trace_path else None}
 
 
-def classify(wait_fraction: float, busy_fraction: float, device_type: str, *,
+def classify(wait_fraction: float, busy_fraction: float | None, device_type: str, *,
              busy_threshold: float = 0.6) -> tuple[str, str]:
-    """(kind, message) from the two fractions; a plain function so tests can check every branch."""
+    """(kind, message) from the two fractions; a plain function so tests can check every branch.
+    `busy_fraction` is None on an accelerator whose kernel time is not measured (MPS, XPU)."""
+    check_choice("device_type", device_type, ("cpu", "cuda", "mps", "xpu"), where="classify")
+    if device_type not in ("cpu", *KERNEL_TIMED) and busy_fraction is None:
+        busy_fraction = 0.0  # unused below: only the data-wait rule can decide here
+        measured = False
+    else:
+        measured = True
     for name, v in (("wait_fraction", wait_fraction), ("busy_fraction", busy_fraction)):
-        if not 0.0 <= v <= 1.0 + 1e-6:
+        if not isinstance(v, int | float) or not 0.0 <= v <= 1.0 + 1e-6:
             raise ValueError(f"classify: {name} must be in [0, 1], got {v!r}")
-    check_choice("device_type", device_type, ("cpu", "cuda"), where="classify")
+    kind, sentence = wait_verdict(wait_fraction)
+    if kind == "input-bound":
+        return kind, sentence
+    if not measured:
+        return "not-input-bound", (
+            f"data waits are only {100 * wait_fraction:.0f} %: the loop is not input-bound. "
+            f"torch.profiler does not time {device_type.upper()} kernels, so whether the device or "
+            "Python and kernel launches set the pace is not measured here: time a step at twice the "
+            "batch (device-bound steps take about twice as long, launch-bound ones do not)"
+            + (", or trace it with torch.mps.profiler in Xcode Instruments." if device_type == "mps" else "."))
     wait, busy = 100 * wait_fraction, 100 * min(busy_fraction, 1.0)
     kind, sentence = wait_verdict(wait_fraction)
     if kind == "input-bound":
@@ -172,7 +193,7 @@ def profile_loop(step: Callable[..., Any], batches: Iterable, *, device: str | t
         busy = min(_device_kernel_seconds(prof) / wall, 1.0) if wall else 0.0
         sort_by = "self_cuda_time_total"
     else:
-        busy = _cpu_operator_fraction(prof)
+        busy = _cpu_operator_fraction(prof) if dev.type == "cpu" else None
         sort_by = "self_cpu_time_total"
     kind, message = classify(wait_fraction, busy, dev.type, busy_threshold=busy_threshold)
     table = prof.key_averages().table(sort_by=sort_by, row_limit=row_limit)
@@ -238,8 +259,11 @@ class StepWindow:
     @property
     def busy_fraction(self) -> float | None:
         """Kernel time over wall time on a GPU, operator self time over wall time on a CPU;
-        None when the loop never reached the window."""
+        None when the loop never reached the window, or on a device whose kernels torch.profiler
+        does not time (MPS, XPU)."""
         if self.prof is None or self._running or not self.wall:
+            return None
+        if self.device.type not in ("cpu", *KERNEL_TIMED):
             return None
         if self.device.type == "cuda":
             return min(_device_kernel_seconds(self.prof) / self.wall, 1.0)
@@ -251,20 +275,3 @@ class StepWindow:
         if self.prof is None:
             return 0
         return sum(e.count for e in self.prof.key_averages() if e.key.startswith(prefix))
-
-
-def device_busy_fraction(fn: Callable[[], Any], *, device: str | torch.device | None = None) -> float:
-    """How busy the device is while `fn()` runs: kernel time over wall time on a GPU, operator
-    self time over wall time on a CPU. Used for the capstone's waterfall bars."""
-    dev = as_device(device)
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
-    synchronize(dev)
-    with profile(activities=activities) as prof:
-        t0 = time.perf_counter()
-        with record_function(STEP_LABEL):
-            fn()
-        synchronize(dev)
-        wall = time.perf_counter() - t0
-    if dev.type == "cuda":
-        return min(_device_kernel_seconds(prof) / wall, 1.0) if wall else 0.0
-    return _cpu_operator_fraction(prof)

@@ -14,6 +14,9 @@ from helpers import data_wait, diagnose, models
     (0.05, 0.2, "cuda", "launch-bound"),
     (0.05, 0.9, "cpu", "cpu-compute-bound"),
     (0.05, 0.2, "cpu", "python-bound"),
+    (0.7, None, "mps", "input-bound"),
+    (0.05, None, "mps", "not-input-bound"),
+    (0.05, None, "xpu", "not-input-bound"),
 ])
 def test_classify_every_branch(wait, busy, dev, kind):
     k, msg = diagnose.classify(wait, busy, dev)
@@ -26,6 +29,13 @@ def test_classify_bad_input():
         diagnose.classify(1.5, 0.1, "cpu")
     with pytest.raises(ValueError, match="device_type"):
         diagnose.classify(0.1, 0.1, "tpu")
+    with pytest.raises(ValueError, match="busy_fraction must be in"):
+        diagnose.classify(0.1, None, "cuda")  # measured there: a missing value is a bug
+
+
+def test_unmeasured_accelerator_says_so_instead_of_guessing():
+    kind, msg = diagnose.classify(0.05, None, "mps")
+    assert kind == "not-input-bound" and "not measured" in msg and "MPS" in msg
 
 
 @pytest.mark.parametrize("wait", [0.0, 0.05, data_wait.NOTICEABLE, 0.2, data_wait.INPUT_BOUND - 1e-9,
@@ -79,9 +89,3 @@ def test_profile_loop_bad_input():
         diagnose.profile_loop(step, batches, device="cpu", steps=0)
     with pytest.raises(ValueError, match="ran out"):
         diagnose.profile_loop(step, batches, device="cpu", steps=5)
-
-
-def test_device_busy_fraction_cpu():
-    x = torch.randn(256, 256)
-    frac = diagnose.device_busy_fraction(lambda: [x @ x for _ in range(10)], device="cpu")
-    assert 0.3 < frac <= 1.0
