@@ -236,4 +236,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    process_group.exit_rank(main())
+    process_group.run(main)

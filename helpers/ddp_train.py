@@ -24,16 +24,20 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from . import process_group, timing
+from . import process_group
 from .checks import check_choice, check_int
 from .devices import synchronize
 from .threads import cpu_threads
+
+if TYPE_CHECKING:
+    from .timing import Measurement
 
 MODELS = ("mlp", "mlp_bn")
 
@@ -111,9 +115,12 @@ def reference_train(*, world: int, model: str = "mlp", batch: int = 32, steps_pe
 def single_process_step_times(*, threads: int, model: str = "mlp", batch: int = 32,
                               steps: int = 5, warmup: int = 1, lr: float = 0.05,
                               in_features: int = 256, hidden: int = 512, depth: int = 3,
-                              device: str | torch.device = "cpu", seed: int = 0) -> timing.Measurement:
+                              device: str | torch.device = "cpu", seed: int = 0) -> Measurement:
     """Seconds per training step of the same model and step in THIS process, without DDP, with
     `threads` intra-op threads: the baseline a DDP run must beat. Restores the thread count."""
+    # imported here, not at the top: the ranks need not load torch.utils.benchmark
+    from .timing import benchmark
+
     check_int("threads", threads, 1, where="single_process_step_times")
     device = torch.device(device)
     torch.manual_seed(seed)
@@ -122,7 +129,7 @@ def single_process_step_times(*, threads: int, model: str = "mlp", batch: int = 
     x, y = make_dataset(batch, in_features=in_features, seed=seed).tensors
     x, y = x.to(device), y.to(device)
     with cpu_threads(threads):
-        return timing.benchmark(lambda: train_step(net, opt, x, y), repeats=steps, warmup=warmup,
+        return benchmark(lambda: train_step(net, opt, x, y), repeats=steps, warmup=warmup,
                                 label=f"one process, {threads} thread(s)")
 
 
@@ -236,4 +243,4 @@ def _train(a: argparse.Namespace, rank: int, world: int, local_rank: int, out: P
 
 
 if __name__ == "__main__":
-    process_group.exit_rank(main())
+    process_group.run(main)

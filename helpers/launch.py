@@ -41,7 +41,8 @@ from .checks import check_int, check_seconds
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 KEEP_RUNS = 20
-_RANK_LINE = re.compile(r"\[rank (\d+)\] (.*)")  # torchrun's prefix for a worker's line, set below
+# torchrun's prefix for a worker's line (set below), and torch's own on an uncaught exception
+_RANK_LINE = re.compile(r"\[rank (\d+)\] (?:\[rank\1\]: )?(.*)")
 
 
 class LaunchError(RuntimeError):
@@ -55,7 +56,7 @@ class LaunchError(RuntimeError):
         self.traceback = traceback
         self.outputs = outputs
         self.pids = pids
-        self.stop_seconds = stop_seconds  # from noticing the failure to every process gone
+        self.stop_seconds = stop_seconds  # from the first failure to every process gone
 
 
 @dataclass
@@ -205,11 +206,12 @@ def torchrun_bound(argv: list[str] | None = None) -> None:
     process_group.exit_rank(0)  # done: skip the interpreter's teardown of torch (a second, loaded)
 
 
-def _first_error(logs: Path, outputs: dict[str, list[str]]) -> tuple[int | None, str]:
-    """The rank that failed first and its traceback, from torchrun's error files (one per failed
-    worker, written by `@record`, with the rank and exact time `process_group.record` adds): the
-    root cause, not the ranks that failed afterwards because their peer vanished. A worker that
-    died without an exception (a signal, `os._exit`) leaves none: its agent's report names it."""
+def _first_error(logs: Path, outputs: dict[str, list[str]]) -> tuple[int | None, str, float | None]:
+    """The rank that failed first, its traceback and when (time.time()), from torchrun's error
+    files (one per failed worker, written by `@record`, with the rank and exact time
+    `process_group.record` adds): the root cause, not the ranks that failed afterwards because
+    their peer vanished. A worker that died without an exception (a signal, `os._exit`) leaves
+    none: its agent's report names it."""
     errs = []
     for p in logs.glob("**/error.json"):
         try:
@@ -219,15 +221,15 @@ def _first_error(logs: Path, outputs: dict[str, list[str]]) -> tuple[int | None,
         except (OSError, ValueError, KeyError, TypeError):
             continue
     if errs:
-        _, rank, tb = min(errs)
-        return rank, tb
+        when, rank, tb = min(errs)
+        return rank, tb, when
     for label, lines in outputs.items():  # torchrun's ChildFailedError: "Root Cause ... rank: N"
         text = "\n".join(lines)
         if label.startswith("node") and "Root Cause" in text:
             root = text[text.index("Root Cause"):]
             m = re.search(r"rank\s*:\s*(\d+)", root)
-            return (int(m[1]) if m else None), root
-    return None, ""
+            return (int(m[1]) if m else None), root, None
+    return None, "", None
 
 
 def read_results(out: str | Path) -> dict[int, dict[str, Any]]:
@@ -309,11 +311,12 @@ def run_processes(cmds: list[list[str]], envs: list[dict[str, str]], *, timeout:
                   stream: bool = True, labels: list[str] | None = None,
                   first_error: Any = None, settle: float = 1.0,
                   ) -> tuple[dict[str, list[str]], list[int]]:
-    """Run the commands together; stream their merged stdout/stderr line by line (a line that
-    torchrun prefixed with `[rank N] ` is filed under "rank N", others under the command's
-    label); return (output lines, pids of every process seen). On the first failure, at the
+    """Run the commands together; stream their merged stdout/stderr line by line: a line that
+    torchrun prefixed with `[rank N] ` is filed under "rank N" and shown, others are filed under
+    the command's label (torchrun's own log: in the error when it explains one) and shown only
+    if no line is a rank's. Return (output lines, pids of every process seen). On the first failure, at the
     deadline or on Ctrl-C, stop every process and raise `LaunchError`, naming the rank
-    `first_error(outputs)` finds (else the failed command) and its traceback."""
+    `first_error(outputs)` finds (rank, traceback, time; else the failed command)."""
     if len(cmds) != len(envs):
         raise ValueError("run_processes: cmds and envs must have the same length")
     labels = labels or [str(i) for i in range(len(cmds))]
@@ -330,7 +333,7 @@ def run_processes(cmds: list[list[str]], envs: list[dict[str, str]], *, timeout:
         m = _RANK_LINE.match(line)
         key, text = (f"rank {m[1]}", m[2]) if m else (labels[idx], line)
         outputs.setdefault(key, []).append(text)
-        if show:
+        if show and (m or not any(k.startswith("rank") for k in outputs)):
             print(f"[{key}] {text}", flush=True)
 
     try:
@@ -373,7 +376,7 @@ def run_processes(cmds: list[list[str]], envs: list[dict[str, str]], *, timeout:
     finally:
         seen.update(proc.pid for proc in _tree(procs))
         _stop_all(procs)
-        stop_seconds = time.monotonic() - t_noticed
+        stop_seconds, gone = time.monotonic() - t_noticed, time.time()
         # drain what is left in the pipes so the traceback is complete
         end = time.monotonic() + 2
         while open_pipes and time.monotonic() < end:
@@ -388,9 +391,11 @@ def run_processes(cmds: list[list[str]], envs: list[dict[str, str]], *, timeout:
     pids = sorted(seen | {p.pid for p in procs})
     if failed is None and not timed_out:
         return outputs, pids
-    rank, tb = first_error(outputs) if first_error else (None, "")
+    rank, tb, when = first_error(outputs) if first_error else (None, "", None)
+    if when is not None:  # from the first failure (not from our noticing it) to every process gone
+        stop_seconds = gone - when
     if rank is None and failed is not None:
-        rank, tb = None, _tail_traceback(outputs.get(labels[failed], []))
+        tb = tb or _tail_traceback(outputs.get(labels[failed], []))
     who = f"rank {rank}" if rank is not None else labels[failed] if failed is not None else None
     if timed_out:
         msg = (f"run timed out after {timeout:g} s; all {len(pids)} processes were stopped"

@@ -184,4 +184,4 @@ def _run(a: argparse.Namespace, rank: int, backend: str, device: torch.device) -
 
 
 if __name__ == "__main__":
-    process_group.exit_rank(main())
+    process_group.run(main)

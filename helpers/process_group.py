@@ -5,7 +5,8 @@
   process of this machine has a GPU of its own, else gloo), bind its GPU, `init` the process
   group; it leaves the group at the end of the `with` block.
 - `record`: torchrun's `@record` for a worker's `main` (its traceback reaches the launcher
-  through torchrun's error file), with the rank and the exact time added to that file.
+  through torchrun's error file), with the rank and the exact time added to that file;
+  `run(main)` runs it and ends the process without the interpreter's teardown.
 - `init`: `init_process_group` with two timeouts. `init_timeout` bounds the rendezvous, so a
   rank that never arrives fails the others within seconds; `timeout` bounds every collective
   after it (NCCL's watchdog aborts one that exceeds it), which must allow for a slow first step
@@ -27,6 +28,7 @@ import os
 import signal
 import sys
 import time
+import traceback
 from collections.abc import Callable, Iterator, MutableMapping
 from datetime import timedelta
 from pathlib import Path
@@ -124,8 +126,22 @@ def record(main: _F) -> _F:
     return errors.record(main, error_handler=_RankErrors())
 
 
+def run(main: Callable[[], int | None]) -> NoReturn:
+    """A worker script's last line, `process_group.run(main)`: run its `@record`-ed `main`, print
+    the traceback if it raised (`@record` has filed it already), and end the process at once, so
+    the agent sees a failure within its next look (0.1 s), not after a second of teardown."""
+    try:
+        code = main()
+    except SystemExit as e:  # argparse has said why
+        code = e.code if isinstance(e.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    exit_rank(code)
+
+
 def exit_rank(code: int | None) -> NoReturn:
-    """End a rank's process with `code` once its work is done and its process group is gone.
+    """End this process with `code` now; its work is done and its process group is gone.
 
     `os._exit` skips the interpreter's and C++ libraries' teardown: rarely (about 1 run in 20
     with two launches at once on 2 cores), a gloo rank whose work had finished aborted there with

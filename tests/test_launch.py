@@ -81,6 +81,16 @@ def test_failing_rank_stops_everyone_and_shows_its_traceback():
     _no_children_left(e.pids)
 
 
+def test_a_rank_that_vanishes_without_a_traceback_is_named_by_torchrun(tmp_path):
+    """No exception, so no error file: torchrun's own report of the failure names the rank."""
+    with pytest.raises(launch.LaunchError) as err:
+        launch.launch("tests.rank_hold", ["--vanish", "1"], nprocs=2, stream=False, timeout=120,
+                      out_dir=tmp_path)
+    e = err.value
+    assert e.failed_rank == 1 and "exitcode" in e.traceback and "7" in e.traceback, str(e)
+    _no_children_left(e.pids)
+
+
 def test_timeout_kills_hung_processes_and_their_children():
     # a "worker" that starts a child of its own and then hangs
     code = ("import subprocess, sys, time; "
