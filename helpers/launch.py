@@ -28,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -309,14 +310,14 @@ def _tail_traceback(lines: list[str]) -> str:
 
 def run_processes(cmds: list[list[str]], envs: list[dict[str, str]], *, timeout: float,
                   stream: bool = True, labels: list[str] | None = None,
-                  first_error: Any = None, settle: float = 1.0,
-                  ) -> tuple[dict[str, list[str]], list[int]]:
+                  first_error: Callable[[dict[str, list[str]]], tuple[int | None, str, float | None]]
+                  | None = None) -> tuple[dict[str, list[str]], list[int]]:
     """Run the commands together; stream their merged stdout/stderr line by line: a line that
     torchrun prefixed with `[rank N] ` is filed under "rank N" and shown, others are filed under
-    the command's label (torchrun's own log: in the error when it explains one) and shown only
-    if no line is a rank's. Return (output lines, pids of every process seen). On the first failure, at the
-    deadline or on Ctrl-C, stop every process and raise `LaunchError`, naming the rank
-    `first_error(outputs)` finds (rank, traceback, time; else the failed command)."""
+    the command's label (torchrun's own log) and shown only until a rank has spoken. Return
+    (output lines, pids of every process seen). On the first failure, at the deadline or on
+    Ctrl-C, stop every process and raise `LaunchError`, naming the rank `first_error(outputs)`
+    finds (rank, traceback, time; else the failed command)."""
     if len(cmds) != len(envs):
         raise ValueError("run_processes: cmds and envs must have the same length")
     labels = labels or [str(i) for i in range(len(cmds))]
@@ -369,10 +370,6 @@ def run_processes(cmds: list[list[str]], envs: list[dict[str, str]], *, timeout:
                 timed_out = True
                 t_noticed = time.monotonic()
                 break
-        if failed is not None:  # let the other agents notice and end their workers, briefly
-            end = time.monotonic() + settle
-            while time.monotonic() < end and any(p.poll() is None for p in procs):
-                time.sleep(0.05)
     finally:
         seen.update(proc.pid for proc in _tree(procs))
         _stop_all(procs)
