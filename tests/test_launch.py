@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -218,9 +219,11 @@ launch.launch("tests.rank_hold", [], nprocs=2, stream=False, timeout=600, out_di
 """
 
 
-def test_ranks_end_within_seconds_when_their_launcher_dies(tmp_path):
-    """The launching process (a kernel, in a notebook) is killed outright: its ranks end
-    within a few seconds, instead of retrying a dead rendezvous or training on."""
+@pytest.mark.parametrize("how", ["killed", "ctrl-c"])
+def test_ranks_end_within_seconds_when_their_launcher_dies(how, tmp_path):
+    """The launching process (a kernel, in a notebook) is killed outright, or interrupted
+    (Ctrl-C): its torchrun agent and ranks end within a few seconds, instead of retrying a dead
+    rendezvous or training on."""
     out = tmp_path / "out"
     out.mkdir()
     root = Path(__file__).resolve().parents[1]
@@ -228,14 +231,15 @@ def test_ranks_end_within_seconds_when_their_launcher_dies(tmp_path):
     p = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(out)], env=env, cwd=root)
     try:
         ranks = _wait_ready(out, 2)
-        procs = [psutil.Process(pid) for pid in ranks]
-        p.kill()
+        procs = psutil.Process(p.pid).children(recursive=True)  # the agent and its ranks
+        assert {r.pid for r in procs} >= set(ranks) and len(procs) == 3, procs
+        p.kill() if how == "killed" else p.send_signal(signal.SIGINT)
         t0 = time.monotonic()
         gone, alive = psutil.wait_procs(procs, timeout=30)
         took = time.monotonic() - t0
-        assert not alive, f"ranks still running 30 s after their launcher died: {alive}"
-        print(f"ranks ended {took:.2f} s after their launcher was killed")
-        assert took < 10, f"ranks took {took:.1f} s to end after their launcher died"
+        assert not alive, f"still running 30 s after their launcher was {how}: {alive}"
+        print(f"agent and ranks ended {took:.2f} s after their launcher was {how}")
+        assert took < 10, f"agent and ranks took {took:.1f} s to end after their launcher was {how}"
     finally:
         if p.poll() is None:
             p.kill()
