@@ -173,7 +173,7 @@ def launch(module: str = "helpers.ddp_train", args: list[Any] | tuple[Any, ...] 
     try:
         outputs, pids = run_processes(cmds, envs, timeout=timeout, stream=stream,
                                       labels=[f"node {i}" for i in range(len(per_node))],
-                                      first_error=lambda lines: _first_error(logs, lines))
+                                      first_error=lambda lines: _first_error(logs, f"ftg{port}", lines))
     finally:
         del store  # closes the rendezvous server once every process is gone
     return LaunchResult(nprocs=sum(per_node), backend=backend, port=port,
@@ -207,14 +207,15 @@ def torchrun_bound(argv: list[str] | None = None) -> None:
     process_group.exit_rank(0)  # done: skip the interpreter's teardown of torch (a second, loaded)
 
 
-def _first_error(logs: Path, outputs: dict[str, list[str]]) -> tuple[int | None, str, float | None]:
+def _first_error(logs: Path, run_id: str,
+                 outputs: dict[str, list[str]]) -> tuple[int | None, str, float | None]:
     """The rank that failed first, its traceback and when (time.time()), from torchrun's error
     files (one per failed worker, written by `@record`, with the rank and exact time
     `process_group.record` adds): the root cause, not the ranks that failed afterwards because
     their peer vanished. A worker that died without an exception (a signal, `os._exit`) leaves
     none: its agent's report names it."""
     errs = []
-    for p in logs.glob("**/error.json"):
+    for p in logs.glob(f"{run_id}_*/attempt_*/*/error.json"):  # this run's, in torchrun's layout
         try:
             info = json.loads(p.read_text())["message"]["extraInfo"]
             errs.append((float(info.get("time", info["timestamp"])), int(info.get("rank", -1)),
