@@ -57,7 +57,6 @@ class SplitModel(nn.Module):
         super().__init__()
         self.dev0, self.dev1 = torch.device(dev0), torch.device(dev1)
         self.enc, self.dec = enc.to(self.dev0), dec.to(self.dev1)
-        self.handoff_seconds = 0.0
 
     def handoff(self, h: torch.Tensor) -> torch.Tensor:
         if self.dev0 == self.dev1:
