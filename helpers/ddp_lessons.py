@@ -34,7 +34,6 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from . import process_group
 from .ddp_train import build_model, make_dataset
 from .devices import synchronize
-from .launch import exit_rank, run_rank
 
 LESSONS = ("no_sync", "shard", "both")
 
@@ -203,7 +202,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--hidden", type=int, default=512)
     p.add_argument("--depth", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto")
+    p.add_argument("--backend", choices=process_group.BACKENDS, default="auto")
     p.add_argument("--init-timeout", type=float, default=60.0)
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
@@ -215,17 +214,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return a
 
 
+@process_group.record  # a failure's traceback reaches the launcher through torchrun's error file
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     rank = int(os.environ.get("RANK", 0))
     world = int(os.environ.get("WORLD_SIZE", 1))
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
     out = Path(a.out) if a.out else None
-
-    def body() -> int:
-        torch.set_num_threads(a.threads)
-        backend, device = process_group.rank_device(a.backend, local_rank)
-        process_group.init(backend, device=device, init_timeout=a.init_timeout)
+    with process_group.setup(a.backend, threads=a.threads,
+                             init_timeout=a.init_timeout) as (backend, device):
         res: dict[str, Any] = {}
         if a.lesson in ("no_sync", "both"):
             res.update(_no_sync(a, rank, world, device))
@@ -236,10 +232,8 @@ def main(argv: list[str] | None = None) -> int:
             out.mkdir(parents=True, exist_ok=True)
             (out / f"rank{rank}.json").write_text(json.dumps(res))
         dist.barrier()
-        return 0
-
-    return run_rank(body, rank, out)
+    return 0
 
 
 if __name__ == "__main__":
-    exit_rank(main())
+    process_group.run(main)

@@ -6,12 +6,12 @@ Run it any of these ways, unchanged:
     torchrun --standalone --nproc-per-node=2 -m helpers.ddp_train --steps 20
     helpers.launch.launch("helpers.ddp_train", ["--steps", "20"], nprocs=2)   # from a notebook
 
-What it shows: `init_process_group` with a rendezvous timeout and a collective timeout (gloo on
-CPU, nccl with one GPU per process, see `helpers.process_group`),
-the same seed on every rank, `DistributedSampler` + `set_epoch`, a small explicit training step,
-rank-0-only logging and checkpointing, and one JSON result per rank (`--out DIR`) with its
-throughput, losses and a checksum of its weights. If a rank fails, it writes its traceback to
-`rank<r>.error.json` first, so the launcher can tell the root cause from its victims.
+What it shows: joining the process group (`process_group.setup`: gloo on CPU, nccl with one GPU
+per process, a rendezvous timeout and a collective timeout), the same seed on every rank,
+`DistributedSampler` + `set_epoch`, a small explicit training step, rank-0-only logging and
+checkpointing, and one JSON result per rank (`--out DIR`) with its throughput, losses and a
+checksum of its weights. `main` is wrapped in torchrun's `@record`: a failing rank's traceback
+goes to torchrun's error file, so the launcher can tell the root cause from its victims.
 
 The model is an MLP on synthetic data: compute-bound (matrix multiplies), no data loading to
 hide behind, and no batch norm unless `--model mlp_bn` (whose statistics are per process).
@@ -24,6 +24,7 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -31,8 +32,12 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from . import process_group
+from .checks import check_choice, check_int
 from .devices import synchronize
-from .launch import exit_rank, free_port, run_rank
+from .threads import cpu_threads
+
+if TYPE_CHECKING:
+    from .timing import Measurement
 
 MODELS = ("mlp", "mlp_bn")
 
@@ -40,8 +45,7 @@ MODELS = ("mlp", "mlp_bn")
 def build_model(name: str = "mlp", *, in_features: int = 256, hidden: int = 512, depth: int = 3,
                 classes: int = 10) -> nn.Sequential:
     """An MLP; `mlp_bn` puts a BatchNorm1d after each hidden Linear (per-process statistics)."""
-    if name not in MODELS:
-        raise ValueError(f"model must be one of {', '.join(MODELS)}; got {name!r}")
+    check_choice("model", name, MODELS, where="build_model")
     layers: list[nn.Module] = []
     width = in_features
     for _ in range(depth):
@@ -111,31 +115,22 @@ def reference_train(*, world: int, model: str = "mlp", batch: int = 32, steps_pe
 def single_process_step_times(*, threads: int, model: str = "mlp", batch: int = 32,
                               steps: int = 5, warmup: int = 1, lr: float = 0.05,
                               in_features: int = 256, hidden: int = 512, depth: int = 3,
-                              device: str | torch.device = "cpu", seed: int = 0) -> list[float]:
+                              device: str | torch.device = "cpu", seed: int = 0) -> Measurement:
     """Seconds per training step of the same model and step in THIS process, without DDP, with
     `threads` intra-op threads: the baseline a DDP run must beat. Restores the thread count."""
-    if not isinstance(threads, int) or threads < 1:
-        raise ValueError(f"threads must be an int >= 1; got {threads!r}")
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        device = torch.device(device)
-        torch.manual_seed(seed)
-        net = build_model(model, in_features=in_features, hidden=hidden, depth=depth).to(device)
-        opt = torch.optim.SGD(net.parameters(), lr=lr)
-        x, y = make_dataset(batch, in_features=in_features, seed=seed).tensors
-        x, y = x.to(device), y.to(device)
-        times = []
-        for i in range(warmup + steps):
-            synchronize(device)
-            t0 = time.perf_counter()
-            train_step(net, opt, x, y)
-            synchronize(device)
-            if i >= warmup:
-                times.append(time.perf_counter() - t0)
-        return times
-    finally:
-        torch.set_num_threads(before)
+    # imported here, not at the top: the ranks need not load torch.utils.benchmark
+    from .timing import benchmark
+
+    check_int("threads", threads, 1, where="single_process_step_times")
+    device = torch.device(device)
+    torch.manual_seed(seed)
+    net = build_model(model, in_features=in_features, hidden=hidden, depth=depth).to(device)
+    opt = torch.optim.SGD(net.parameters(), lr=lr)
+    x, y = make_dataset(batch, in_features=in_features, seed=seed).tensors
+    x, y = x.to(device), y.to(device)
+    with cpu_threads(threads):
+        return benchmark(lambda: train_step(net, opt, x, y), repeats=steps, warmup=warmup,
+                                label=f"one process, {threads} thread(s)")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -151,7 +146,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--hidden", type=int, default=512)
     p.add_argument("--depth", type=int, default=3)
     p.add_argument("--threads", type=int, default=1, help="intra-op threads per process")
-    p.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto")
+    p.add_argument("--backend", choices=process_group.BACKENDS, default="auto")
     p.add_argument("--init-timeout", type=float, default=60.0,
                    help="seconds for every rank to join the process group")
     p.add_argument("--timeout", type=float, default=300.0,
@@ -170,30 +165,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return a
 
 
-def _env_int(name: str, default: int) -> int:
-    return int(os.environ.get(name, default))
-
-
+@process_group.record  # a failure's traceback reaches the launcher through torchrun's error file
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
-    rank, world = _env_int("RANK", 0), _env_int("WORLD_SIZE", 1)
-    local_rank = _env_int("LOCAL_RANK", 0)
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
     out = Path(a.out) if a.out else None
     if out:
         out.mkdir(parents=True, exist_ok=True)
-    return run_rank(lambda: _train(a, rank, world, local_rank, out), rank, out)
-
-
-def _train(a: argparse.Namespace, rank: int, world: int, local_rank: int,
-           out: Path | None) -> int:
-    torch.set_num_threads(a.threads)
-    if world == 1 and "MASTER_ADDR" not in os.environ:  # plain `python -m helpers.ddp_train`
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0",
-                          WORLD_SIZE="1")
-    backend, device = process_group.rank_device(a.backend, local_rank)
     # the process group: the rendezvous must finish within --init-timeout (a missing rank fails
     # fast), each collective within --timeout; with NCCL this rank's GPU is bound to it
-    process_group.init(backend, device=device, init_timeout=a.init_timeout, timeout=a.timeout)
+    with process_group.setup(a.backend, threads=a.threads, init_timeout=a.init_timeout,
+                             timeout=a.timeout) as (backend, device):
+        return _train(a, rank, world, local_rank, out, backend, device)
+
+
+def _train(a: argparse.Namespace, rank: int, world: int, local_rank: int, out: Path | None,
+           backend: str, device: torch.device) -> int:
     log = print if rank == 0 else (lambda *args, **kw: None)  # rank-0-only logging
     log(f"world={world} backend={backend} device={device} threads={a.threads} "
         f"batch/process={a.batch} global batch={a.batch * world}", flush=True)
@@ -255,4 +243,4 @@ def _train(a: argparse.Namespace, rank: int, world: int, local_rank: int,
 
 
 if __name__ == "__main__":
-    exit_rank(main())
+    process_group.run(main)

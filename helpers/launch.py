@@ -1,16 +1,17 @@
-"""Start real `torch.distributed` worker processes from a notebook, and always clean them up.
+"""Start `torch.distributed` workers from a notebook through `torchrun`, and always clean them up.
 
-`launch("helpers.ddp_train", ["--steps", "10"], nprocs=2)` starts 2 processes running
-`python -m helpers.ddp_train` with the environment `torchrun` would give them (RANK, WORLD_SIZE,
-LOCAL_RANK, MASTER_ADDR=127.0.0.1, MASTER_PORT=<a free port>), streams their output into the
-notebook prefixed with the rank, and returns what each rank wrote as JSON (`--out DIR`).
-The same script runs unchanged under `torchrun`; `launch_torchrun_nodes` starts several
-`torchrun` agents ("nodes") on this machine against one c10d rendezvous on loopback.
+`launch("helpers.ddp_train", ["--steps-per-epoch", "10"], nprocs=2)` runs one torchrun agent,
+`torchrun --nnodes=1 --nproc-per-node=2 --max-restarts=0 ... -m helpers.ddp_train ...`, which
+starts the 2 workers with their environment (RANK, WORLD_SIZE, MASTER_ADDR, ...) and, when one
+fails, stops the others and reports the first failure's traceback (the workers' `main` is wrapped
+in `@record`). `nprocs=[2, 1]` runs two agents ("nodes") on this machine that meet at one c10d
+rendezvous, as on two machines. The launch returns what each rank wrote as JSON (`--out DIR`).
 
-Why a helper and not `mp.spawn` in the notebook: functions defined in a notebook cannot be
-pickled into fresh processes, and a hung collective must never hang the notebook. Here every
-run has a deadline; when one rank fails or the deadline passes, every process group this helper
-started is terminated (then killed), and the failing rank's traceback is raised.
+What stays ours, because torchrun lacks it: a wall-clock deadline (a hung collective must never
+hang the notebook), the ranks' output streamed into the notebook with their rank, every process
+(agents and workers) ended on failure, timeout or Ctrl-C, and a rendezvous on loopback only
+(stock torchrun's stores listen on every interface). `mp.spawn` in the notebook is no way out:
+functions defined in a notebook cannot be pickled into fresh processes.
 """
 
 from __future__ import annotations
@@ -18,44 +19,45 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
+import shlex
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import psutil
 import torch.distributed as dist
 
-from . import paths, processes
+from . import paths, process_group, processes
+from .checks import check_int, check_seconds
 
-BACKENDS = ("auto", "gloo", "nccl")
 REPO_ROOT = Path(__file__).resolve().parents[1]
-_issued_ports: set[int] = set()
-_port_lock = threading.Lock()
+KEEP_RUNS = 20
+# torchrun's prefix for a worker's line (set below), and torch's own on an uncaught exception
+_RANK_LINE = re.compile(r"\[rank (\d+)\] (?:\[rank\1\]: )?(.*)")
 
 
 class LaunchError(RuntimeError):
     """A worker failed or the run timed out. `failed_rank`, `traceback` and `outputs` say what."""
 
     def __init__(self, message: str, *, failed_rank: int | None, traceback: str,
-                 outputs: dict[int, list[str]], returncodes: dict[int, int | None],
-                 pids: list[int], stop_seconds: float = float("nan")) -> None:
+                 outputs: dict[str, list[str]], pids: list[int],
+                 stop_seconds: float = float("nan")) -> None:
         super().__init__(message)
-        self.stop_seconds = stop_seconds  # from noticing the failure to every process gone
         self.failed_rank = failed_rank
         self.traceback = traceback
         self.outputs = outputs
-        self.returncodes = returncodes
         self.pids = pids
+        self.stop_seconds = stop_seconds  # from the first failure to every process gone
 
 
 @dataclass
@@ -67,29 +69,14 @@ class LaunchResult:
     port: int
     seconds: float
     results: dict[int, dict[str, Any]]
-    outputs: dict[int, list[str]]
-    returncodes: dict[int, int | None]
-    pids: list[int] = field(default_factory=list)
+    outputs: dict[str, list[str]]  # "rank 0": its lines; "node 0": its torchrun agent's own
+    pids: list[int] = field(default_factory=list)  # agents and workers
     out_dir: str = ""
 
     def rank(self, r: int) -> dict[str, Any]:
         if r not in self.results:
             raise KeyError(f"rank {r} wrote no result; ranks with results: {sorted(self.results)}")
         return self.results[r]
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on now. The OS picks it (bind to port 0); ports already handed
-    out by this process are never handed out again, so two runs started together differ."""
-    with _port_lock:
-        for _ in range(50):
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                s.bind((host, 0))
-                port = s.getsockname()[1]
-            if port not in _issued_ports:
-                _issued_ports.add(port)
-                return port
-    raise RuntimeError("free_port: could not find an unused port after 50 tries")
 
 
 def bound_store(host: str, world_size: int, timeout: float, *, port: int = 0,
@@ -115,114 +102,94 @@ def bound_store(host: str, world_size: int, timeout: float, *, port: int = 0,
                          master_listen_fd=fd, use_libuv=True)
 
 
-def _loopback_env(host: str) -> dict[str, str]:
-    """On loopback, the ranks' own sockets (gloo's and nccl's connections) use it too."""
-    if host in ("127.0.0.1", "localhost", "::1"):
-        return {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}
-    return {}
-
-
-def resolve_backend(backend: str, nprocs: int) -> str:
-    """`auto` -> nccl when there is one GPU per process, else gloo; refuse impossible requests."""
-    import torch
-
-    if not isinstance(backend, str) or backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
-    gpus = torch.cuda.device_count()
-    if backend == "auto":
-        return "nccl" if gpus >= nprocs and torch.distributed.is_nccl_available() else "gloo"
-    if backend == "nccl":
-        if gpus == 0:
-            raise ValueError("backend='nccl' needs CUDA GPUs, and this machine has none; "
-                             "use backend='gloo' (CPU) or 'auto'")
-        if gpus < nprocs:
-            raise ValueError(f"backend='nccl' runs one process per GPU: nprocs={nprocs} but this "
-                             f"machine has {gpus} GPU(s); lower nprocs or use backend='gloo'")
-    return backend
-
-
-def _check_int(name: str, value: Any, low: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ValueError(f"{name} must be an int >= {low}; got {value!r}")
-
-
-def _check_seconds(name: str, value: Any) -> None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-        raise ValueError(f"{name} must be a positive number of seconds; got {value!r}")
-
-
-def _base_env(threads: int) -> dict[str, str]:
+def _env(threads: int, host: str) -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONUNBUFFERED"] = "1"
-    env["OMP_NUM_THREADS"] = str(threads)
+    env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(threads))
+    env.setdefault("LOGLEVEL", "WARNING")  # torchrun's agent: warnings and errors only
     env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [env.get("PYTHONPATH")])])
     env.setdefault("MPLBACKEND", "Agg")
+    if host in ("127.0.0.1", "localhost", "::1"):  # the ranks' own (gloo, nccl) sockets too
+        env.update(GLOO_SOCKET_IFNAME="lo", NCCL_SOCKET_IFNAME="lo")
     return env
 
 
-def launch(module: str = "helpers.ddp_train", args: list[str] | tuple[str, ...] = (), *,
-           nprocs: int = 2, backend: str = "auto", threads: int = 1, timeout: float = 120,
-           init_timeout: float = 30, host: str = "127.0.0.1", stream: bool = True,
-           out_dir: str | Path | None = None) -> LaunchResult:
-    """Run `python -m <module> <args> --backend B --out DIR --init-timeout S` in `nprocs`
-    processes, as `torchrun --standalone --nproc-per-node=nprocs` would, and collect results.
+def launch(module: str = "helpers.ddp_train", args: list[Any] | tuple[Any, ...] = (), *,
+           nprocs: int | list[int] = 2, backend: str = "auto", threads: int = 1,
+           timeout: float = 120, init_timeout: float = 30, host: str = "127.0.0.1",
+           stream: bool = True, out_dir: str | Path | None = None) -> LaunchResult:
+    """Run `python -m <module> <args> --backend B --threads T --out DIR --init-timeout S` in
+    `nprocs` processes under torchrun, and collect each rank's `rank<r>.json` from DIR.
 
-    `threads`: intra-op threads per process (OMP_NUM_THREADS and `--threads`).
-    `timeout`: deadline for the whole run; `init_timeout`: for `init_process_group`.
-    Raises `LaunchError` (with the failing rank's traceback) when a rank fails or time runs out.
+    `nprocs`: processes on this machine (one torchrun agent), or a list, one count per "node"
+    (one agent each, all on this machine, meeting at one c10d rendezvous on `host`).
+    `threads`: intra-op threads per process. `timeout`: deadline for the whole run;
+    `init_timeout`: for `init_process_group`. Raises `LaunchError` (with the rank that failed
+    first and its traceback) when a rank fails or time runs out; every process is gone by then.
     """
-    _check_int("nprocs", nprocs, 1)
-    _check_int("threads", threads, 1)
-    _check_seconds("timeout", timeout)
-    _check_seconds("init_timeout", init_timeout)
     if not isinstance(module, str) or not module:
-        raise ValueError("module must be a dotted module name such as 'helpers.ddp_train'")
-    backend = resolve_backend(backend, nprocs)
-    # As torchrun's agent does, this process hosts the rendezvous store (on a port the OS picks,
-    # so two launches never collide) and every rank is a client of it. Then the ranks may exit in
-    # any order: with rank 0 hosting it, rank 0 leaving first could abort a rank still in its
-    # teardown ("terminate called without an active exception").
-    store = bound_store(host, nprocs, timeout)  # listens on `host` only
+        raise ValueError(f"launch: module must be a dotted module name such as "
+                         f"'helpers.ddp_train', got {module!r}")
+    per_node = list(nprocs) if isinstance(nprocs, list | tuple) else [nprocs]
+    if not per_node:
+        raise ValueError("launch: nprocs must be an int >= 1 or a list of them, got []")
+    for n in per_node:
+        check_int("nprocs", n, 1, where="launch")
+    check_int("threads", threads, 1, where="launch")
+    check_seconds("timeout", timeout, where="launch")
+    check_seconds("init_timeout", init_timeout, where="launch")
+    # the nodes share this machine's GPUs; each worker applies the same rule to its own node
+    backend = process_group.resolve_backend(backend, sum(per_node))
+    # This process hosts the c10d rendezvous store, listening on `host` only; the agents join it
+    # as clients (is_host=0), and the first one's store for the workers is bound the same way.
+    store = bound_store(host, 1, timeout, multi_tenant=True)
     port = store.port
     out = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="ddp_", dir=_runs_dir()))
     out.mkdir(parents=True, exist_ok=True)
-    cmds, envs = [], []
-    for rank in range(nprocs):
-        env = _base_env(threads)
-        env.update(_loopback_env(host))
-        env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nprocs),
-                   LOCAL_WORLD_SIZE=str(nprocs), GROUP_RANK="0", MASTER_ADDR=host,
-                   MASTER_PORT=str(port), TORCHELASTIC_USE_AGENT_STORE="True")
-        cmds.append([sys.executable, "-m", module, *map(str, args), "--backend", backend,
-                     "--threads", str(threads), "--out", str(out),
-                     "--init-timeout", str(init_timeout)])
+    logs = out / "torchrun"  # torchrun's per-worker logs and error files
+    worker_args = [*map(str, args), "--backend", backend, "--threads", str(threads),
+                   "--out", str(out), "--init-timeout", str(init_timeout)]
+    ours = ["--rdzv-conf=is_host=0", f"--local-addr={host}", "--tee=3", f"--log-dir={logs}",
+            "--log-line-prefix-template=[rank ${rank}] "]
+    cmds = [torchrun_command(module, worker_args, nnodes=len(per_node), nproc_per_node=n,
+                             endpoint=f"{host}:{port}", rdzv_id=f"ftg{port}",
+                             python=sys.executable, runner="helpers.launch", options=ours)
+            for n in per_node]
+    gpus = (os.environ.get("CUDA_VISIBLE_DEVICES") or "").split(",")
+    envs, first_gpu = [], 0
+    for n in per_node:
+        env = _env(threads, host)
+        if backend == "nccl" and len(per_node) > 1:  # "nodes" on one machine: a GPU each
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(
+                gpus[g] if gpus[0] else str(g) for g in range(first_gpu, first_gpu + n))
+            first_gpu += n
         envs.append(env)
     if stream:
-        print(f"[launch] {nprocs} process(es), backend={backend}, {threads} thread(s) each, "
-              f"rendezvous {host}:{port}")
+        print(f"[launch] {sum(per_node)} process(es) on {len(per_node)} torchrun node(s) "
+              f"{per_node}, backend={backend}, {threads} thread(s) each, "
+              f"c10d rendezvous {host}:{port}")
+        for i, cmd in enumerate(cmds):
+            print(f"[launch] node {i} runs: " + shlex.join(["torchrun", *cmd[3:]]).replace(str(out), "<out>"))
     t0 = time.perf_counter()
     try:
-        codes, outputs, pids = run_processes(cmds, envs, timeout=timeout, stream=stream,
-                                             labels=[f"rank {r}" for r in range(nprocs)],
-                                             error_dir=out)
+        outputs, pids = run_processes(cmds, envs, timeout=timeout, stream=stream,
+                                      labels=[f"node {i}" for i in range(len(per_node))],
+                                      first_error=lambda lines: _first_error(logs, f"ftg{port}", lines))
     finally:
-        del store  # closes the rendezvous server once every rank is gone
-    return LaunchResult(nprocs=nprocs, backend=backend, port=port,
+        del store  # closes the rendezvous server once every process is gone
+    return LaunchResult(nprocs=sum(per_node), backend=backend, port=port,
                         seconds=time.perf_counter() - t0, results=read_results(out),
-                        outputs=outputs, returncodes=codes, pids=pids, out_dir=str(out))
+                        outputs=outputs, pids=pids, out_dir=str(out))
 
 
-def torchrun_command(module: str, args: list[str] | tuple[str, ...], *, nnodes: int,
+def torchrun_command(module: str, args: list[Any] | tuple[Any, ...], *, nnodes: int,
                      nproc_per_node: int, endpoint: str, rdzv_id: str,
                      python: str = "python", runner: str = "torch.distributed.run",
-                     rdzv_conf: str = "", local_addr: str = "") -> list[str]:
+                     options: list[str] | tuple[str, ...] = ()) -> list[str]:
     """The `torchrun` command one node runs to join a c10d rendezvous at `endpoint`."""
     return [python, "-m", runner, f"--nnodes={nnodes}",
             f"--nproc-per-node={nproc_per_node}", "--rdzv-backend=c10d",
             f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rdzv_id}", "--max-restarts=0",
-            *([f"--rdzv-conf={rdzv_conf}"] if rdzv_conf else []),
-            *([f"--local-addr={local_addr}"] if local_addr else []),
-            "-m", module, *map(str, args)]
+            *options, "-m", module, *map(str, args)]
 
 
 def torchrun_bound(argv: list[str] | None = None) -> None:
@@ -237,80 +204,43 @@ def torchrun_bound(argv: list[str] | None = None) -> None:
 
     dynamic_rendezvous.DynamicRendezvousHandler._create_tcp_store_server = create_server
     main(argv)
+    process_group.exit_rank(0)  # done: skip the interpreter's teardown of torch (a second, loaded)
 
 
-def launch_torchrun_nodes(module: str = "helpers.ddp_train",
-                          args: list[str] | tuple[str, ...] = (), *, nnodes: int = 2,
-                          nproc_per_node: int | list[int] = 1, threads: int = 1,
-                          timeout: float = 180,
-                          init_timeout: float = 60, host: str = "127.0.0.1",
-                          stream: bool = True) -> LaunchResult:
-    """Start `nnodes` torchrun agents on this machine, each pretending to be one machine, that
-    meet at a c10d rendezvous on `host` (loopback) and run `module` together. On real machines
-    each would run the same `torchrun_command` with `--rdzv-endpoint` = the first node's address.
-    `nproc_per_node` may be a list (one entry per node): nodes need not be alike.
-    """
-    _check_int("nnodes", nnodes, 1)
-    per_node = nproc_per_node if isinstance(nproc_per_node, list) else [nproc_per_node] * nnodes
-    if len(per_node) != nnodes:
-        raise ValueError(f"nproc_per_node: give one count per node ({nnodes}); got {per_node}")
-    for n in per_node:
-        _check_int("nproc_per_node", n, 1)
-    _check_int("threads", threads, 1)
-    _check_seconds("timeout", timeout)
-    _check_seconds("init_timeout", init_timeout)
-    backend = resolve_backend("auto", sum(per_node))  # nccl: one GPU per worker, all nodes
-    # This process hosts the c10d rendezvous store, listening on `host` only; the nodes join it
-    # as clients (is_host=0) and the first one's store for the workers is bound the same way.
-    store = bound_store(host, 1, timeout, multi_tenant=True)
-    port = store.port
-    out = Path(tempfile.mkdtemp(prefix="torchrun_", dir=_runs_dir()))
-    rdzv_id = f"ftg{port}"
-    full_args = [*map(str, args), "--backend", backend, "--threads", str(threads),
-                 "--out", str(out), "--init-timeout", str(init_timeout)]
-    cmds = [torchrun_command(module, full_args, nnodes=nnodes, nproc_per_node=n,
-                             endpoint=f"{host}:{port}", rdzv_id=rdzv_id, python=sys.executable,
-                             runner="helpers.launch", rdzv_conf="is_host=0", local_addr=host)
-            for n in per_node]
-    envs, first_gpu = [], 0
-    for n in per_node:
-        env = _base_env(threads)
-        env.update(_loopback_env(host))
-        env.setdefault("LOGLEVEL", "WARNING")
-        if backend == "nccl":  # "nodes" on one machine must not share GPUs: give each its own
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in range(first_gpu, first_gpu + n))
-            first_gpu += n
-        envs.append(env)
-    if stream:
-        print(f"[launch] {nnodes} torchrun node(s) with {per_node} process(es), "
-              f"c10d rendezvous {host}:{port} (id {rdzv_id}), backend={backend}")
-        for i, cmd in enumerate(cmds):
-            print(f"[launch] node {i} runs: " + " ".join(
-                ["torchrun", *cmd[3:]]).replace(str(out), "<out>"))
-    t0 = time.perf_counter()
-    try:
-        codes, outputs, pids = run_processes(cmds, envs, timeout=timeout, stream=stream,
-                                             labels=[f"node {n}" for n in range(nnodes)],
-                                             error_dir=out)
-    finally:
-        del store
-    return LaunchResult(nprocs=sum(per_node), backend=backend, port=port,
-                        seconds=time.perf_counter() - t0, results=read_results(out),
-                        outputs=outputs, returncodes=codes, pids=pids, out_dir=str(out))
+def _first_error(logs: Path, run_id: str,
+                 outputs: dict[str, list[str]]) -> tuple[int | None, str, float | None]:
+    """The rank that failed first, its traceback and when (time.time()), from torchrun's error
+    files (one per failed worker, written by `@record`, with the rank and exact time
+    `process_group.record` adds): the root cause, not the ranks that failed afterwards because
+    their peer vanished. A worker that died without an exception (a signal, `os._exit`) leaves
+    none: its agent's report names it."""
+    errs = []
+    for p in logs.glob(f"{run_id}_*/attempt_*/*/error.json"):  # this run's, in torchrun's layout
+        try:
+            info = json.loads(p.read_text())["message"]["extraInfo"]
+            errs.append((float(info.get("time", info["timestamp"])), int(info.get("rank", -1)),
+                         info["py_callstack"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    if errs:
+        when, rank, tb = min(errs)
+        return rank, tb, when
+    for label, lines in outputs.items():  # torchrun's ChildFailedError: "Root Cause ... rank: N"
+        text = "\n".join(lines)
+        if label.startswith("node") and "Root Cause" in text:
+            root = text[text.index("Root Cause"):]
+            m = re.search(r"rank\s*:\s*(\d+)", root)
+            return (int(m[1]) if m else None), root, None
+    return None, "", None
 
 
 def read_results(out: str | Path) -> dict[int, dict[str, Any]]:
     """Each rank's `rank<r>.json` from a run's output folder."""
     res = {}
     for p in Path(out).glob("rank*.json"):
-        if p.name.endswith(".error.json"):
-            continue
         data = json.loads(p.read_text())
         res[int(data["rank"])] = data
     return dict(sorted(res.items()))
-
-
-KEEP_RUNS = 20
 
 
 def _runs_dir() -> Path:
@@ -336,63 +266,40 @@ def _reader(idx: int, pipe: Any, q: queue.Queue) -> None:
     q.put((idx, None))
 
 
-def _kill_group(p: subprocess.Popen, hard: bool) -> None:
-    """End the worker and every process it started: SIGTERM (or SIGKILL when `hard`) to its own
-    session on POSIX; on Windows, which has neither `os.killpg` nor SIGKILL, psutil walks the tree."""
-    if hasattr(os, "killpg"):
+def _tree(procs: list[subprocess.Popen]) -> list[psutil.Process]:
+    """The processes and all their descendants now (torchrun starts each worker in a session of
+    its own, so a signal to the agent's process group would not reach them)."""
+    tree = []
+    for p in procs:
         try:
-            os.killpg(p.pid, signal.SIGKILL if hard else signal.SIGTERM)
-        except (ProcessLookupError, PermissionError):
-            pass
-        return
-    import psutil
-
-    try:
-        root = psutil.Process(p.pid)
-        tree = [*root.children(recursive=True), root]
-    except psutil.Error:
-        return
-    for proc in tree:
-        try:
-            proc.kill() if hard else proc.terminate()
+            root = psutil.Process(p.pid)
+            tree += [root, *root.children(recursive=True)]
         except psutil.Error:
-            pass
+            continue
+    return tree
 
 
 def _stop_all(procs: list[subprocess.Popen], grace: float = 3.0) -> None:
-    for p in procs:
-        if p.poll() is None:
-            _kill_group(p, hard=False)
-    deadline = time.monotonic() + grace
-    for p in procs:
+    """SIGTERM to every process of the tree (torchrun's agents end their workers then), SIGKILL
+    to what is left after `grace` s. psutil, not `os.killpg`: Windows has neither it nor SIGKILL."""
+    tree = _tree([p for p in procs if p.poll() is None])
+    for proc in tree:
         try:
-            p.wait(timeout=max(0.05, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
+            proc.terminate()
+        except psutil.Error:
             pass
+    _, alive = psutil.wait_procs(tree, timeout=grace)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=5)
     for p in procs:
-        _kill_group(p, hard=True)  # also reaps grandchildren left in the group
         try:
             p.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
-
-
-def _first_error(error_dir: Path | None) -> tuple[int | None, str]:
-    """The earliest traceback a worker recorded (`rank<r>.error.json`): the root cause, not the
-    ranks that failed afterwards because their peer vanished."""
-    if error_dir is None:
-        return None, ""
-    errs = []
-    for p in Path(error_dir).glob("rank*.error.json"):
-        try:
-            e = json.loads(p.read_text())
-            errs.append((e["time"], e["rank"], e["traceback"]))
-        except (json.JSONDecodeError, KeyError, OSError):
-            continue
-    if not errs:
-        return None, ""
-    _, rank, tb = min(errs)
-    return rank, tb
 
 
 def _tail_traceback(lines: list[str]) -> str:
@@ -404,42 +311,57 @@ def _tail_traceback(lines: list[str]) -> str:
 
 def run_processes(cmds: list[list[str]], envs: list[dict[str, str]], *, timeout: float,
                   stream: bool = True, labels: list[str] | None = None,
-                  error_dir: Path | None = None, settle: float = 1.0,
-                  ) -> tuple[dict[int, int | None], dict[int, list[str]], list[int]]:
-    """Run the commands together; stream their merged stdout/stderr line by line; return
-    (return codes, output lines, pids). On the first failure (or at the deadline) stop all."""
+                  first_error: Callable[[dict[str, list[str]]], tuple[int | None, str, float | None]]
+                  | None = None) -> tuple[dict[str, list[str]], list[int]]:
+    """Run the commands together; stream their merged stdout/stderr line by line: a line that
+    torchrun prefixed with `[rank N] ` is filed under "rank N" and shown, others are filed under
+    the command's label (torchrun's own log) and shown only until a rank has spoken. Return
+    (output lines, pids of every process seen). On the first failure, at the deadline or on
+    Ctrl-C, stop every process and raise `LaunchError`, naming the rank `first_error(outputs)`
+    finds (rank, traceback, time; else the failed command)."""
     if len(cmds) != len(envs):
         raise ValueError("run_processes: cmds and envs must have the same length")
     labels = labels or [str(i) for i in range(len(cmds))]
     q: queue.Queue = queue.Queue()
     procs: list[subprocess.Popen] = []
-    outputs: dict[int, list[str]] = {i: [] for i in range(len(cmds))}
+    outputs: dict[str, list[str]] = {}
+    seen: set[int] = set()
     open_pipes = len(cmds)
     failed: int | None = None
     timed_out = False
     t_noticed = float("nan")
+
+    def take(idx: int, line: str, show: bool) -> None:
+        m = _RANK_LINE.match(line)
+        key, text = (f"rank {m[1]}", m[2]) if m else (labels[idx], line)
+        outputs.setdefault(key, []).append(text)
+        if show and (m or not any(k.startswith("rank") for k in outputs)):
+            print(f"[{key}] {text}", flush=True)
+
     try:
         for i, (cmd, env) in enumerate(zip(cmds, envs, strict=True)):
-            # its own session (so a stop reaches its children too), and a SIGTERM when this
-            # process dies: a rank never outlives the kernel that launched it
+            # its own session, and a SIGTERM when this process dies: an agent (and so its
+            # workers, which die with their agent) never outlives the kernel that launched it
             p = subprocess.Popen(cmd, env=env, cwd=str(REPO_ROOT), stdout=subprocess.PIPE,
                                  stderr=subprocess.STDOUT, text=True, bufsize=1,
                                  start_new_session=True,
-                                 preexec_fn=processes.parent_death_hook(signal.SIGTERM))
+                                 preexec_fn=processes.parent_death_hook())
             procs.append(p)
             threading.Thread(target=_reader, args=(i, p.stdout, q), daemon=True).start()
         deadline = time.monotonic() + timeout
+        next_look = 0.0
         while open_pipes or any(p.poll() is None for p in procs):
             try:
                 idx, line = q.get(timeout=0.1)
                 if line is None:
                     open_pipes -= 1
                 else:
-                    outputs[idx].append(line)
-                    if stream:
-                        print(f"[{labels[idx]}] {line}", flush=True)
+                    take(idx, line, stream)
             except queue.Empty:
                 pass
+            if time.monotonic() > next_look:  # note the workers' pids while they run
+                seen.update(proc.pid for proc in _tree(procs))
+                next_look = time.monotonic() + 0.5
             bad = [i for i, p in enumerate(procs) if p.poll() not in (None, 0)]
             if bad:
                 failed = bad[0]
@@ -449,14 +371,10 @@ def run_processes(cmds: list[list[str]], envs: list[dict[str, str]], *, timeout:
                 timed_out = True
                 t_noticed = time.monotonic()
                 break
-        if failed is not None:
-            # let the other ranks notice and record their own errors, briefly, then stop them
-            end = time.monotonic() + settle
-            while time.monotonic() < end and any(p.poll() is None for p in procs):
-                time.sleep(0.05)
     finally:
+        seen.update(proc.pid for proc in _tree(procs))
         _stop_all(procs)
-        stop_seconds = time.monotonic() - t_noticed
+        stop_seconds, gone = time.monotonic() - t_noticed, time.time()
         # drain what is left in the pipes so the traceback is complete
         end = time.monotonic() + 2
         while open_pipes and time.monotonic() < end:
@@ -467,57 +385,25 @@ def run_processes(cmds: list[list[str]], envs: list[dict[str, str]], *, timeout:
             if line is None:
                 open_pipes -= 1
             else:
-                outputs[idx].append(line)
-                if stream and (failed is not None or timed_out):
-                    print(f"[{labels[idx]}] {line}", flush=True)
-    codes = {i: p.returncode for i, p in enumerate(procs)}
-    pids = [p.pid for p in procs]
+                take(idx, line, stream and (failed is not None or timed_out))
+    pids = sorted(seen | {p.pid for p in procs})
     if failed is None and not timed_out:
-        return codes, outputs, pids
-    rank, tb = _first_error(error_dir)
+        return outputs, pids
+    rank, tb, when = first_error(outputs) if first_error else (None, "", None)
+    if when is not None:  # from the first failure (not from our noticing it) to every process gone
+        stop_seconds = gone - when
     if rank is None and failed is not None:
-        rank, tb = failed, _tail_traceback(outputs[failed])
+        tb = tb or _tail_traceback(outputs.get(labels[failed], []))
+    who = f"rank {rank}" if rank is not None else labels[failed] if failed is not None else None
     if timed_out:
-        msg = (f"run timed out after {timeout:g} s; all {len(procs)} processes were stopped"
-               + (f" (rank {rank} had failed)" if rank is not None else ""))
+        msg = (f"run timed out after {timeout:g} s; all {len(pids)} processes were stopped"
+               + (f" ({who} had failed)" if rank is not None else ""))
     else:
-        msg = (f"rank {rank} failed (exit code {codes.get(failed)} for {labels[failed]}); "
-               f"all {len(procs)} processes were stopped")
-    raise LaunchError(msg + (f"\n--- traceback of rank {rank} ---\n{tb}" if tb else ""),
-                      failed_rank=rank, traceback=tb, outputs=outputs, returncodes=codes,
-                      pids=pids, stop_seconds=stop_seconds)
-
-
-def exit_rank(code: int) -> None:
-    """End a rank's process with `code` once its work is done and its process group is gone.
-
-    `os._exit` skips the interpreter's and C++ libraries' teardown: rarely (about 1 run in 20
-    with two launches at once on 2 cores), a gloo rank whose work had finished aborted there with
-    "terminate called without an active exception", turning a finished run into a failed one.
-    Everything a rank writes is closed by then; stdout and stderr are flushed first."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
-def run_rank(body: Callable[[], int], rank: int, out: Path | None) -> int:
-    """The worker side of the launcher's contract: run `body()`; if it raises, write the
-    traceback to `<out>/rank<N>.error.json` (which `launch` reads to show the failing rank)
-    and print it; always leave the process group. Returns the process's exit code."""
-    processes.die_with_parent(signal.SIGTERM)  # also under torchrun, whose agent is the parent
-    try:
-        return body()
-    except BaseException:
-        tb = traceback.format_exc()
-        if out:
-            out.mkdir(parents=True, exist_ok=True)
-            (out / f"rank{rank}.error.json").write_text(
-                json.dumps({"rank": rank, "time": time.time(), "traceback": tb}))
-        print(tb, file=sys.stderr, flush=True)
-        return 1
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        msg = (f"{who} failed (exit code {procs[failed].returncode} for {labels[failed]}); "
+               f"all {len(pids)} processes were stopped")
+    raise LaunchError(msg + (f"\n--- traceback of {who} ---\n{tb}" if tb else ""),
+                      failed_rank=rank, traceback=tb, outputs=outputs, pids=pids,
+                      stop_seconds=stop_seconds)
 
 
 if __name__ == "__main__":  # python -m helpers.launch <torchrun arguments>: see torchrun_bound

@@ -16,16 +16,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from . import process_group
+from . import process_group, timing
 from .devices import synchronize
-from .launch import exit_rank, run_rank
 
 
 def encoder(in_features: int = 256, hidden: int = 1024, depth: int = 2) -> nn.Sequential:
@@ -58,7 +57,6 @@ class SplitModel(nn.Module):
         super().__init__()
         self.dev0, self.dev1 = torch.device(dev0), torch.device(dev1)
         self.enc, self.dec = enc.to(self.dev0), dec.to(self.dev1)
-        self.handoff_seconds = 0.0
 
     def handoff(self, h: torch.Tensor) -> torch.Tensor:
         if self.dev0 == self.dev1:
@@ -79,7 +77,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--depth", type=int, default=2)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto")
+    p.add_argument("--backend", choices=process_group.BACKENDS, default="auto")
     p.add_argument("--init-timeout", type=float, default=60.0, help="seconds to join the group")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per collective")
     p.add_argument("--out", default=None)
@@ -89,28 +87,43 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return a
 
 
-def main(argv: list[str] | None = None) -> int:
-    a = parse_args(argv)
-    rank = int(os.environ.get("RANK", 0))
-    out = Path(a.out) if a.out else None
-    return run_rank(lambda: _run(a, rank, out), rank, out)
-
-
-def _run(a: argparse.Namespace, rank: int, out: Path | None) -> int:
+def gpipe_step(part: nn.Module, rank: int, device: torch.device, microbatches: int,
+               loss_fn: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Callable[[], None]:
+    """One training step of this rank's stage under GPipe: `part` is stage `rank` of 2 (rank 0
+    feeds the batch `x`, rank 1 owns the loss against `y`). The batch is cut into `microbatches`
+    pieces; all their forwards flow 0 -> 1, then all their backwards 1 -> 0, so stage 0 starts
+    micro-batch 2 while stage 1 works on micro-batch 1 (with 1 micro-batch: the plain split)."""
     from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
-    torch.set_num_threads(a.threads)
-    world = int(os.environ.get("WORLD_SIZE", 1))
+    stage = PipelineStage(part, stage_index=rank, num_stages=2, device=device)
+    schedule = ScheduleGPipe(stage, n_microbatches=microbatches, loss_fn=loss_fn)
+
+    def step() -> None:
+        part.zero_grad(set_to_none=True)
+        if rank == 0:
+            schedule.step(x)  # sends each micro-batch's activation on to stage 1
+        else:
+            schedule.step(target=y, losses=[])  # receives them, computes the loss, sends gradients back
+    return step
+
+
+@process_group.record  # a failure's traceback reaches the launcher through torchrun's error file
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     if world != 2:
         raise ValueError(f"the pipeline demo has 2 stages: run it with 2 processes, not {world}")
-    backend = a.backend
-    if backend == "auto":
-        backend = "nccl" if torch.cuda.device_count() >= 2 else "gloo"
-    device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    process_group.init(backend, device=device, init_timeout=a.init_timeout, timeout=a.timeout)
+    with process_group.setup(a.backend, threads=a.threads, init_timeout=a.init_timeout,
+                             timeout=a.timeout) as (backend, device):
+        result = _run(a, rank, backend, device)
+        if a.out:
+            Path(a.out).mkdir(parents=True, exist_ok=True)
+            (Path(a.out) / f"rank{rank}.json").write_text(json.dumps(result))
+        process_group.barrier(device)
+    return 0
 
+
+def _run(a: argparse.Namespace, rank: int, backend: str, device: torch.device) -> dict:
     torch.manual_seed(0)
     enc = encoder(a.in_features, a.hidden, a.depth)
     dec = decoder(a.hidden, a.depth)
@@ -123,6 +136,11 @@ def _run(a: argparse.Namespace, rank: int, out: Path | None) -> int:
     def sync() -> None:
         synchronize(device)
         process_group.barrier(device)
+
+    def median(fn: Callable[[], None], sync: Callable[[], None]) -> float:
+        # each timed call ends synchronised (its GPU, and with `sync` both ranks), so the two
+        # ranks time the same steps; timing.benchmark syncs every GPU of this process besides
+        return timing.benchmark(lambda: (fn(), sync()), repeats=a.repeats, warmup=1).median
 
     result: dict = {"rank": rank, "backend": backend, "device": str(device),
                     "batch": a.batch, "threads": a.threads, "schedule": {}}
@@ -137,10 +155,8 @@ def _run(a: argparse.Namespace, rank: int, out: Path | None) -> int:
     # measured one rank at a time, so each has the machine to itself (on a CPU they share cores)
     for r in range(2):
         sync()
-        if rank == r:
-            # this rank's GPU only (no barrier: the other rank is idle, waiting its turn)
-            result["stage_compute_s"] = _median_time(local_step, a.repeats,
-                                                     sync=lambda: synchronize(device))
+        if rank == r:  # this rank's GPU only (no barrier: the other rank waits its turn)
+            result["stage_compute_s"] = median(local_step, lambda: synchronize(device))
         sync()
     # 2) the hand-off: send the activation (forward) and its gradient (backward) once each
     buf = torch.empty(a.batch, a.hidden, device=device)
@@ -154,44 +170,17 @@ def _run(a: argparse.Namespace, rank: int, out: Path | None) -> int:
             dist.send(h, dst=0)
 
     sync()
-    result["handoff_s"] = _median_time(handoff, a.repeats, sync=sync)
+    result["handoff_s"] = median(handoff, sync)
     result["handoff_bytes"] = h.numel() * h.element_size()
     # 3) PyTorch pipelining: GPipe with m micro-batches (m=1 is the naive sequential split)
     for m in a.microbatches:
-        stage = PipelineStage(part, stage_index=rank, num_stages=2, device=device)
-        sched = ScheduleGPipe(stage, n_microbatches=m, loss_fn=loss_fn)
-
-        def step(sched: ScheduleGPipe = sched) -> None:
-            part.zero_grad(set_to_none=True)
-            if rank == 0:
-                sched.step(x)
-            else:
-                sched.step(target=y, losses=[])
-
         sync()
-        result["schedule"][str(m)] = _median_time(step, a.repeats, sync=sync)
+        result["schedule"][str(m)] = median(gpipe_step(part, rank, device, m, loss_fn, x, y), sync)
         if rank == 0:
             print(f"GPipe with {m} micro-batch(es): "
                   f"{result['schedule'][str(m)] * 1e3:.1f} ms per step", flush=True)
-    if out:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / f"rank{rank}.json").write_text(json.dumps(result))
-    process_group.barrier(device)
-    return 0
-
-
-def _median_time(fn, repeats: int, *, sync) -> float:
-    fn()  # warm-up
-    sync()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t0)
-    times.sort()
-    return times[len(times) // 2]
+    return result
 
 
 if __name__ == "__main__":
-    exit_rank(main())
+    process_group.run(main)

@@ -19,6 +19,8 @@ from collections.abc import Callable
 
 import psutil
 
+from .checks import check_int, check_seconds
+
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -57,10 +59,8 @@ def die_with_parent(sig: int = signal.SIGTERM, *, parent: int | None = None,
     """Make this process receive `sig` when its parent dies (Linux prctl; else a watchdog
     thread polling every `poll` s). `parent`: the pid expected as parent (default: the
     current one); if it is already gone, the signal comes at once. Returns the mechanism."""
-    if not isinstance(sig, int) or isinstance(sig, bool) or sig < 1:
-        raise ValueError(f"die_with_parent: sig must be a signal number, got {sig!r}")
-    if not isinstance(poll, (int, float)) or isinstance(poll, bool) or not poll > 0:
-        raise ValueError(f"die_with_parent: poll must be a positive number of seconds, got {poll!r}")
+    check_int("sig", sig, 1, where="die_with_parent")
+    check_seconds("poll", poll, where="die_with_parent")
     parent = os.getppid() if parent is None else parent
     if _PRCTL is not None and _PRCTL(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0:
         if os.getppid() != parent:

@@ -59,9 +59,9 @@ def test_runs_alone_as_a_plain_script(tmp_path, monkeypatch):
 
 def test_single_process_baseline_restores_threads():
     before = torch.get_num_threads()
-    times = ddp_train.single_process_step_times(threads=1, batch=4, steps=2, in_features=8,
-                                                hidden=8, depth=1)
-    assert len(times) == 2 and all(t > 0 for t in times)
+    m = ddp_train.single_process_step_times(threads=1, batch=4, steps=2, in_features=8,
+                                            hidden=8, depth=1)
+    assert m.n == 2 and all(t > 0 for t in m.times) and m.median > 0
     assert torch.get_num_threads() == before
     with pytest.raises(ValueError, match="threads"):
         ddp_train.single_process_step_times(threads=0)
