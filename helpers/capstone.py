@@ -37,6 +37,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from . import data, devices, diagnose, models, training
+from .checks import check_choice, check_int, check_number
 from .device_augment import device_batches
 from .timing import Timer
 
@@ -70,8 +71,7 @@ class CapstoneData:
 def load_data(n_train: int | None = None, n_test: int | None = None) -> CapstoneData:
     """Fashion-MNIST (real, or the labelled synthetic stand-in), optionally the first n images."""
     for name, v in (("n_train", n_train), ("n_test", n_test)):
-        if v is not None and (not isinstance(v, int) or v < 1):
-            raise ValueError(f"load_data: {name} must be a positive int or None, got {v!r}")
+        check_int(name, v, 1, where="load_data", allow_none=True)
     to_tensor = torchvision.transforms.ToTensor()
     train = data.fashion_mnist(train=True, transform=to_tensor)
     test = data.fashion_mnist(train=False, transform=to_tensor)
@@ -101,8 +101,7 @@ def build_net(width: int = 64, seed: int = 0, init: str = "d2l") -> nn.Module:
     updates to settle; a large batch gives fewer updates per epoch, and from N(0, 0.01) it can
     fall far behind after the same epochs (notebook 12, section 5 measures it).
     """
-    if init not in INITS:
-        raise ValueError(f"build_net: init must be one of {', '.join(INITS)}; got {init!r}")
+    check_choice("init", init, INITS, where="build_net")
     torch.manual_seed(seed)
     net = models.resnet18(num_classes=10, in_channels=1, width=width)
     if init == "d2l":
@@ -133,8 +132,7 @@ def train_reference(net: nn.Module, train_ds: Dataset, test_ds: Dataset | None, 
     compared with the fast recipes on equal terms; `n_devices` > 1 wraps the book's
     `nn.DataParallel` over that many GPUs (claim L23's two-GPU run). `on_step(k)` is called
     after the k-th step (a `diagnose.StepWindow` profiling steady steps of this loop)."""
-    if not isinstance(n_devices, int) or isinstance(n_devices, bool) or n_devices < 1:
-        raise ValueError(f"train_reference: n_devices must be an int >= 1, got {n_devices!r}")
+    check_int("n_devices", n_devices, 1, where="train_reference")
     devs = devices.try_all_gpus()[:n_devices]
     if len(devs) < n_devices or (n_devices > 1 and devs[0].type != "cuda"):
         raise ValueError(f"train_reference: n_devices={n_devices} but this machine has "
@@ -199,16 +197,12 @@ class Recipe:
     def __post_init__(self) -> None:
         for name, value, allowed in (("data", self.data, DATA_MODES), ("init", self.init, INITS),
                                      ("lr_schedule", self.lr_schedule, LR_SCHEDULES)):
-            if value not in allowed:
-                raise ValueError(f"Recipe: {name} must be one of {', '.join(allowed)}; got {value!r}")
+            check_choice(name, value, allowed, where="Recipe")
         if self.data == "loader" and self.lr_schedule != "constant":
             raise ValueError("Recipe: data='loader' is the book's loop, which has a constant lr; "
                              f"lr_schedule must be 'constant' there, got {self.lr_schedule!r}")
-        if not isinstance(self.batch_size, int) or isinstance(self.batch_size, bool) or self.batch_size < 1:
-            raise ValueError(f"Recipe: batch_size must be an int >= 1, got {self.batch_size!r}")
-        if not isinstance(self.lr, int | float) or isinstance(self.lr, bool) or not self.lr > 0 \
-                or self.lr == float("inf"):
-            raise ValueError(f"Recipe: lr must be a positive number, got {self.lr!r}")
+        check_int("batch_size", self.batch_size, 1, where="Recipe")
+        check_number("lr", self.lr, where="Recipe")
 
     def but(self, name: str, **changes: Any) -> Recipe:
         return dataclasses.replace(self, name=name, **changes)
@@ -482,8 +476,7 @@ def measure(recipe: Recipe, d: CapstoneData, *, device: torch.device | str, widt
     dev = devices.as_device(device)
     for name, v, low in (("epochs", epochs, 1), ("warmup_epochs", warmup_epochs, 0),
                          ("busy_batches", busy_batches, 0)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < low:
-            raise ValueError(f"measure: {name} must be an int >= {low}, got {v!r}")
+        check_int(name, v, low, where="measure")
     if recipe.compile is not None and (epochs < MIN_STEADY_EPOCHS or warmup_epochs < 1):
         raise ValueError(f"measure: {recipe.name!r} compiles; time at least {MIN_STEADY_EPOCHS} steady "
                          f"epochs after at least one warm-up epoch (got epochs={epochs}, "
@@ -552,8 +545,7 @@ def accuracy_curve(recipe: Recipe, d: CapstoneData, *, device: torch.device | st
                    num_workers: int = D2L_WORKERS) -> list[float]:
     """Train `recipe` for `epochs` full epochs from `seed`'s initial weights (the recipe's init);
     return the test accuracy after every epoch."""
-    if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
-        raise ValueError(f"accuracy_curve: epochs must be an int >= 1, got {epochs!r}")
+    check_int("epochs", epochs, 1, where="accuracy_curve")
     dev = devices.as_device(device)
     net = build_net(width, seed, recipe.init)
     with backend_flags(recipe):
@@ -585,12 +577,10 @@ def run_cost(samples_per_s: float, *, price_per_hour: float, epochs: int = 10,
              dataset_size: int = 60_000, n_devices: int = 1) -> dict[str, float]:
     """Wall time (hours) and money for `epochs` over `dataset_size` samples at a measured
     `samples_per_s`, renting `n_devices` at `price_per_hour` each (claim L22)."""
-    for name, v in (("samples_per_s", samples_per_s), ("price_per_hour", price_per_hour)):
-        if not isinstance(v, int | float) or v < 0 or (name == "samples_per_s" and v == 0):
-            raise ValueError(f"run_cost: {name} must be a positive number, got {v!r}")
+    check_number("samples_per_s", samples_per_s, where="run_cost")
+    check_number("price_per_hour", price_per_hour, where="run_cost", inclusive=True)
     for name, v in (("epochs", epochs), ("dataset_size", dataset_size), ("n_devices", n_devices)):
-        if not isinstance(v, int) or v < 1:
-            raise ValueError(f"run_cost: {name} must be a positive int, got {v!r}")
+        check_int(name, v, 1, where="run_cost")
     hours = epochs * dataset_size / samples_per_s / 3600
     return {"hours": hours, "cost": hours * price_per_hour * n_devices,
             "seconds_per_epoch": dataset_size / samples_per_s}

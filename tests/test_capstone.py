@@ -112,17 +112,17 @@ def test_build_net_inits():
     conv_def = next(m for m in default.modules() if isinstance(m, torch.nn.Conv2d)).weight
     assert abs(conv_d2l.std().item() - 0.01) < 0.003   # the book's N(0, 0.01)
     assert conv_def.std().item() > 0.05                 # Kaiming-uniform: much larger
-    with pytest.raises(ValueError, match="init must be one of d2l, default"):
+    with pytest.raises(ValueError, match="build_net: init must be one of 'd2l', 'default'"):
         capstone.build_net(8, init="xavier")
 
 
 @pytest.mark.parametrize("change,match", [
-    (dict(data="disk"), "data must be one of loader, memory, device"),
+    (dict(data="disk"), "Recipe: data must be one of 'loader', 'memory', 'device'"),
     (dict(init="zeros"), "init must be one of"),
-    (dict(lr_schedule="cosine"), "lr_schedule must be one of constant, linear-decay"),
+    (dict(lr_schedule="cosine"), "Recipe: lr_schedule must be one of 'constant', 'linear-decay'"),
     (dict(lr_schedule="linear-decay"), "book's loop"),
-    (dict(batch_size=0), "batch_size"),
-    (dict(lr=-0.1), "lr must be a positive number"),
+    (dict(batch_size=0), "Recipe: batch_size must be an int >= 1, got 0"),
+    (dict(lr=-0.1), "Recipe: lr must be a positive finite number"),
 ])
 def test_recipe_rejects_bad_settings(change, match):
     with pytest.raises(ValueError, match=match):
@@ -171,7 +171,7 @@ def test_reference_runs_on_one_device_unless_asked(tiny, monkeypatch):
                                    num_workers=0, max_batches=1)
     assert not isinstance(out["net"], torch.nn.DataParallel)
     for bad in (0, True, 1.5):
-        with pytest.raises(ValueError, match="n_devices must be an int >= 1"):
+        with pytest.raises(ValueError, match="train_reference: n_devices must be an int >= 1"):
             capstone.train_reference(capstone.build_net(2), tiny.train_ds, None, n_devices=bad)
     monkeypatch.setattr(capstone.devices, "try_all_gpus", lambda: [torch.device("cpu")])
     monkeypatch.setattr(capstone.devices, "num_gpus", lambda: 0)
