@@ -1,5 +1,7 @@
 """The notebook catalog (`notebooks/catalog.toml`) as data, and the run-time table of the
 instructors' guide (`notebooks/README.md`) generated from it, so the two cannot drift apart.
+The catalog is also the one place that says which notebooks test which claim (`claim_notebooks`;
+the claims themselves and their rules are in `claims`).
 
     python -m helpers.catalog          # rewrite the table in notebooks/README.md from the catalog
 
@@ -14,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import paths
+from .claims import CLAIMS
 
 CATALOG = paths.ROOT / "notebooks" / "catalog.toml"
 README = paths.ROOT / "notebooks" / "README.md"
@@ -33,7 +36,21 @@ def load(path: str | Path = CATALOG) -> list[dict[str, Any]]:
         if e.get("needs") not in NEEDS:
             raise ValueError(f"catalog: {e.get('file')!r} has needs={e.get('needs')!r}; "
                              f"allowed: {', '.join(NEEDS)}")
+        unknown = [c for c in e.get("claims", []) if c not in CLAIMS]
+        if unknown:
+            raise ValueError(f"catalog: {e.get('file')!r} lists unknown claim(s) {unknown}; "
+                             f"valid ids are L1 ... L{len(CLAIMS)} (helpers.claims)")
     return entries
+
+
+def claim_notebooks(entries: list[dict[str, Any]] | None = None) -> dict[str, list[str]]:
+    """Claim id -> the notebooks that test it, by number ('01'), in teaching order; every claim
+    of `claims.CLAIMS` is a key (an empty list: no notebook tests it)."""
+    by_claim: dict[str, list[str]] = {cid: [] for cid in CLAIMS}
+    for e in load() if entries is None else entries:
+        for cid in e.get("claims", []):
+            by_claim[cid].append(e["file"][:2])
+    return by_claim
 
 
 def _seconds(value: object) -> str:
