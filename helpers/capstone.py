@@ -5,9 +5,11 @@ Shared by notebook 12 and `python -m benchmarks.capstone` so both measure the sa
 - `train_reference`: the training loop as Dive into Deep Learning writes it (torchvision
   `ToTensor`, a `DataLoader` with d2l's 4 workers, fp32, plain SGD, weights initialised
   N(0, 0.01)) on one device, like every fast recipe (`n_devices=2`: the book's `nn.DataParallel`).
-- `waterfall_changes`: the cumulative changes, each a `Recipe` run by `helpers.training.train`:
-  uint8 data in memory -> data resident on the device -> larger batch with scaled lr -> bf16
+- `waterfall_changes`: the cumulative changes, each a `Recipe`: uint8 data in memory -> data
+  resident on the device -> larger batch with scaled lr -> cudnn.benchmark -> TF32 -> bf16
   autocast -> channels_last -> torch.compile -> CUDA graphs -> fused optimizer.
+- `train_recipe`: a recipe's training: each change one switch of `helpers.training.train`, the
+  global backend switches set around it (`backend_flags`).
 - `fast_recipe`: the changes that won on this device, plus the accuracy safeguards
   (`SAFEGUARDS`: PyTorch's default init, lr decayed to zero), which cost nothing per step and
   keep the accuracy when a larger batch gives fewer updates per epoch.
@@ -427,28 +429,30 @@ def _epoch_batches(recipe: Recipe, d: CapstoneData, device: torch.device, seed: 
                         device=device, seed=seed, drop_last=bool(recipe.compile is not None))
 
 
-def _fast_train(net: nn.Module, recipe: Recipe, d: CapstoneData, device: torch.device, *,
-                num_epochs: int, max_batches: int | None, seed: int, test: bool,
-                batches: EpochBatches | None = None, on_step: Any = None) -> training.History:
-    if batches is None:
-        batches = _epoch_batches(recipe, d, device, seed)
-    test_iter = None
-    if test:
-        test_iter = [(xb.float() / 255, yb) for xb, yb in
-                     zip(d.x_test.split(1024), d.y_test.split(1024), strict=True)]
+def train_recipe(net: nn.Module, recipe: Recipe, batches: Any, *, device: torch.device,
+                 num_epochs: int = 1, max_batches: int | None = None, test_iter: Any = None,
+                 on_step: Any = None) -> training.History:
+    """Train `net` as `recipe` says, in the suite's one training loop (`training.train`).
+    `batches` carry the data change ("uint8 in memory", "on the device"); every other change
+    of the waterfall is one switch of the loop, named in the comment beside it."""
     scheduler = None
-    if recipe.lr_schedule == "linear-decay":
+    if recipe.lr_schedule == "linear-decay":  # accuracy safeguard: the lr falls to 0 over the run
         total = num_epochs * (min(len(batches), max_batches) if max_batches else len(batches))
 
         def scheduler(opt: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler:
             return torch.optim.lr_scheduler.LinearLR(opt, 1.0, 0.0, total_iters=total)
-    with backend_flags(recipe):  # its callers set them too; here for any direct use
-        return training.train(net, batches, num_epochs=num_epochs, lr=recipe.lr, device=device,
-                              precision=recipe.precision, channels_last=recipe.channels_last,
-                              compile_model=recipe.compile or False, fused=recipe.fused,
-                              scheduler=scheduler, scheduler_interval="step",
-                              steps_per_epoch=max_batches, test_iter=test_iter, progress=False,
-                              on_step=on_step)
+    with backend_flags(recipe):                     # "cudnn.benchmark", "TF32 matmuls"
+        return training.train(
+            net, batches, num_epochs=num_epochs, device=device,
+            lr=recipe.lr,                           # "larger batch": lr scaled with the batch
+            precision=recipe.precision,             # "bf16 autocast"
+            channels_last=recipe.channels_last,     # "channels_last"
+            # "torch.compile" ({}, the default mode: True, as an empty dict reads as off),
+            # "+ CUDA graphs" ({"mode": "reduce-overhead"})
+            compile_model=False if recipe.compile is None else recipe.compile or True,
+            fused=recipe.fused,                     # "fused SGD"
+            scheduler=scheduler, scheduler_interval="step", steps_per_epoch=max_batches,
+            test_iter=test_iter, progress=False, on_step=on_step)
 
 
 def _busy_window(n_batches: int, busy_batches: int, warmup: int) -> tuple[int, int]:
@@ -507,14 +511,14 @@ def measure(recipe: Recipe, d: CapstoneData, *, device: torch.device | str, widt
         else:
             # built once: the profiled steps below then time training, not copying the data set
             batches = _epoch_batches(recipe, d, dev, seed)
-            hist = _fast_train(net, recipe, d, dev, num_epochs=total, max_batches=max_batches,
-                               seed=seed, test=False, batches=batches)
+            hist = train_recipe(net, recipe, batches, device=dev, num_epochs=total,
+                                max_batches=max_batches)
             timed = [(e.seconds, e.samples) for e in hist.epochs[warmup_epochs:]]
             warm, steps = _busy_window(len(batches), busy_batches, 3)
 
             def profiled(window: diagnose.StepWindow) -> None:
-                _fast_train(net, recipe, d, dev, num_epochs=1, max_batches=window.stop_after,
-                            seed=seed, test=False, batches=batches, on_step=window)
+                train_recipe(net, recipe, batches, device=dev, num_epochs=1,
+                             max_batches=window.stop_after, on_step=window)
         window = None
         if busy_batches:
             window = diagnose.StepWindow(device=dev, warmup=warm, steps=steps)
@@ -558,7 +562,10 @@ def _accuracy_curve(recipe: Recipe, net: nn.Module, d: CapstoneData, dev: torch.
         return train_reference(net, d.train_ds, d.test_ds, batch_size=recipe.batch_size,
                                lr=recipe.lr, num_epochs=epochs, num_workers=num_workers,
                                seed=seed)["test_accuracies"]
-    hist = _fast_train(net, recipe, d, dev, num_epochs=epochs, max_batches=None, seed=seed, test=True)
+    test_iter = [(xb.float() / 255, yb) for xb, yb in
+                 zip(d.x_test.split(1024), d.y_test.split(1024), strict=True)]
+    hist = train_recipe(net, recipe, _epoch_batches(recipe, d, dev, seed), device=dev,
+                        num_epochs=epochs, test_iter=test_iter)
     return [float(a) for a in hist["test_accuracy"]]
 
 
