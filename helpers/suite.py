@@ -209,7 +209,7 @@ def _publish(run: Path, log: dict) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="python -m helpers.suite", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--profile", default=None,
                     help="smoke, full or auto (default: $FTG_PROFILE, else auto)")
     ap.add_argument("--yes", action="store_true", help="run the full profile even without a GPU")

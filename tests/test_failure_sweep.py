@@ -294,6 +294,9 @@ CASES = [
     case(catalog.runtime_table, TypeError, r"entries must be the list of dicts catalog.load\(\) returns", 5),
     case(catalog.runtime_table, TypeError, r"entries must be the list of dicts", [{"title": "no file"}]),
     case(catalog.render_readme, ValueError, r"the README must hold the markers", "text", []),
+    case(catalog.claim_notebooks, TypeError, r"claim_notebooks: entries must be the list of dicts catalog.load\(\) returns", 5),
+    case(catalog.claim_notebooks, ValueError, r"'01_x.ipynb' lists unknown claim\(s\) \['L0'\]",
+         [{"file": "01_x.ipynb", "claims": ["L0"]}]),
     # --- pipelines (notebooks 02-03) --------------------------------------------------------
     case(pipelines.prepare_image_folder, ValueError, r"fmt must be one of png, jpeg; got 'gif'", 8, fmt="gif"),
     case(pipelines.prepare_image_folder, ValueError, r"n must be an int >= 1, got 0", 0),
