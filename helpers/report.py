@@ -98,7 +98,9 @@ def build(results: list[dict[str, Any]], run_log: dict[str, Any] | None = None,
                 ref_verdicts.setdefault(v["claim"], {**v, "run": name})
     unreadable = {m.group(1) for m in (re.search(r"(\d\d)[^/]*\.json ", p) for p in own_problems) if m}
     ledger = []
-    tested_in = catalog.claim_notebooks()
+    # which notebooks should have judged each claim (none named where no catalog is at hand:
+    # a report of a few notebooks run outside the project's checkout)
+    tested_in = catalog.claim_notebooks() if catalog.CATALOG.is_file() else {c: [] for c in CLAIMS}
     for cid, text in CLAIMS.items():
         entries = [{**v, "notebook": r["notebook"], "kind": kind_of(v["verdict"])}
                    for r in results for v in r.get("verdicts", []) if v.get("claim") == cid]
