@@ -235,7 +235,8 @@ def backend_flags(recipe: Recipe) -> Iterator[None]:
 
 
 def waterfall_changes(*, batch_size: int = 256, lr: float = 0.1, big_batch: int = 1024,
-                      device: torch.device | str = "cpu") -> tuple[Recipe, list[tuple[str, dict[str, Any], str]]]:
+                      device: torch.device | str = "cpu",
+                      ) -> tuple[Recipe, list[tuple[str, dict[str, Any], str]]]:
     """The reference recipe and the changes stacked on it, as (name, change, what it does)."""
     dev = torch.device(device)
     scaled_lr = lr * big_batch / batch_size
@@ -246,16 +247,26 @@ def waterfall_changes(*, batch_size: int = 256, lr: float = 0.1, big_batch: int 
     # (kernel by kernel) unless they are compiled too; `measure` records whether graphs ran.
     graphs = {"mode": "reduce-overhead"} if dev.type == "cuda" else {}
     return ref, [
-        ("uint8 in memory", dict(data="memory"), "whole data set as one uint8 tensor; no workers, no per-sample ToTensor"),
-        ("on the device", dict(data="device"), "data resident on the device, shuffled and sliced there"),
-        ("larger batch", dict(batch_size=big_batch, lr=scaled_lr), f"batch {big_batch}, lr scaled linearly to {scaled_lr:g}"),
-        ("cudnn.benchmark", dict(cudnn_benchmark=True), "cuDNN tries each convolution's algorithms once and keeps the fastest"),
-        ("TF32 matmuls", dict(tf32=True), "fp32 matrix multiplies on TF32 tensor cores (convolutions use TF32 by default)"),
-        ("bf16 autocast", dict(precision="bf16"), "matmuls and convolutions in bfloat16"),
-        ("channels_last", dict(channels_last=True), "NHWC memory format for convolutions"),
-        ("torch.compile", dict(compile={}), "fused kernels (Inductor, default mode)"),
-        ("+ CUDA graphs", dict(compile=graphs), "forward and backward replayed as CUDA graphs (optimizer stays eager)"),
-        ("fused SGD", dict(fused=True), "one fused optimizer kernel for all parameters"),
+        ("uint8 in memory", dict(data="memory"),
+         "whole data set as one uint8 tensor; no workers, no per-sample ToTensor"),
+        ("on the device", dict(data="device"),
+         "data resident on the device, shuffled and sliced there"),
+        ("larger batch", dict(batch_size=big_batch, lr=scaled_lr),
+         f"batch {big_batch}, lr scaled linearly to {scaled_lr:g}"),
+        ("cudnn.benchmark", dict(cudnn_benchmark=True),
+         "cuDNN tries each convolution's algorithms once and keeps the fastest"),
+        ("TF32 matmuls", dict(tf32=True),
+         "fp32 matrix multiplies on TF32 tensor cores (convolutions use TF32 by default)"),
+        ("bf16 autocast", dict(precision="bf16"),
+         "matmuls and convolutions in bfloat16"),
+        ("channels_last", dict(channels_last=True),
+         "NHWC memory format for convolutions"),
+        ("torch.compile", dict(compile={}),
+         "fused kernels (Inductor, default mode)"),
+        ("+ CUDA graphs", dict(compile=graphs),
+         "forward and backward replayed as CUDA graphs (optimizer stays eager)"),
+        ("fused SGD", dict(fused=True),
+         "one fused optimizer kernel for all parameters"),
     ]
 
 
@@ -436,15 +447,16 @@ def train_recipe(net: nn.Module, recipe: Recipe, batches: Any, *, device: torch.
     `batches` carry the data change ("uint8 in memory", "on the device"); every other change
     of the waterfall is one switch of the loop, named in the comment beside it."""
     scheduler = None
-    if recipe.lr_schedule == "linear-decay":  # accuracy safeguard: the lr falls to 0 over the run
-        total = num_epochs * (min(len(batches), max_batches) if max_batches else len(batches))
+    if recipe.lr_schedule == "linear-decay":  # accuracy safeguard: the lr falls to 0
+        per_epoch = min(len(batches), max_batches) if max_batches else len(batches)
+        total = num_epochs * per_epoch
 
         def scheduler(opt: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler:
             return torch.optim.lr_scheduler.LinearLR(opt, 1.0, 0.0, total_iters=total)
     with backend_flags(recipe):                     # "cudnn.benchmark", "TF32 matmuls"
         return training.train(
             net, batches, num_epochs=num_epochs, device=device,
-            lr=recipe.lr,                           # "larger batch": lr scaled with the batch
+            lr=recipe.lr,                           # "larger batch": lr scaled with it
             precision=recipe.precision,             # "bf16 autocast"
             channels_last=recipe.channels_last,     # "channels_last"
             # "torch.compile" ({}, the default mode: True, as an empty dict reads as off),
