@@ -5,9 +5,11 @@ Shared by notebook 12 and `python -m benchmarks.capstone` so both measure the sa
 - `train_reference`: the training loop as Dive into Deep Learning writes it (torchvision
   `ToTensor`, a `DataLoader` with d2l's 4 workers, fp32, plain SGD, weights initialised
   N(0, 0.01)) on one device, like every fast recipe (`n_devices=2`: the book's `nn.DataParallel`).
-- `waterfall_changes`: the cumulative changes, each a `Recipe` run by `helpers.training.train`:
-  uint8 data in memory -> data resident on the device -> larger batch with scaled lr -> bf16
+- `waterfall_changes`: the cumulative changes, each a `Recipe`: uint8 data in memory -> data
+  resident on the device -> larger batch with scaled lr -> cudnn.benchmark -> TF32 -> bf16
   autocast -> channels_last -> torch.compile -> CUDA graphs -> fused optimizer.
+- `train_recipe`: a recipe's training: each change one switch of `helpers.training.train`, the
+  global backend switches set around it (`backend_flags`).
 - `fast_recipe`: the changes that won on this device, plus the accuracy safeguards
   (`SAFEGUARDS`: PyTorch's default init, lr decayed to zero), which cost nothing per step and
   keep the accuracy when a larger batch gives fewer updates per epoch.
@@ -37,6 +39,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from . import data, devices, diagnose, models, training
+from .checks import check_choice, check_int, check_number
 from .device_augment import TensorBatches, to_unit_float
 from .timing import Timer
 
@@ -70,8 +73,7 @@ class CapstoneData:
 def load_data(n_train: int | None = None, n_test: int | None = None) -> CapstoneData:
     """Fashion-MNIST (real, or the labelled synthetic stand-in), optionally the first n images."""
     for name, v in (("n_train", n_train), ("n_test", n_test)):
-        if v is not None and (not isinstance(v, int) or v < 1):
-            raise ValueError(f"load_data: {name} must be a positive int or None, got {v!r}")
+        check_int(name, v, 1, where="load_data", allow_none=True)
     to_tensor = torchvision.transforms.ToTensor()
     train = data.fashion_mnist(train=True, transform=to_tensor)
     test = data.fashion_mnist(train=False, transform=to_tensor)
@@ -101,8 +103,7 @@ def build_net(width: int = 64, seed: int = 0, init: str = "d2l") -> nn.Module:
     updates to settle; a large batch gives fewer updates per epoch, and from N(0, 0.01) it can
     fall far behind after the same epochs (notebook 12, section 5 measures it).
     """
-    if init not in INITS:
-        raise ValueError(f"build_net: init must be one of {', '.join(INITS)}; got {init!r}")
+    check_choice("init", init, INITS, where="build_net")
     torch.manual_seed(seed)
     net = models.resnet18(num_classes=10, in_channels=1, width=width)
     if init == "d2l":
@@ -133,8 +134,7 @@ def train_reference(net: nn.Module, train_ds: Dataset, test_ds: Dataset | None, 
     compared with the fast recipes on equal terms; `n_devices` > 1 wraps the book's
     `nn.DataParallel` over that many GPUs (claim L23's two-GPU run). `on_step(k)` is called
     after the k-th step (a `diagnose.StepWindow` profiling steady steps of this loop)."""
-    if not isinstance(n_devices, int) or isinstance(n_devices, bool) or n_devices < 1:
-        raise ValueError(f"train_reference: n_devices must be an int >= 1, got {n_devices!r}")
+    check_int("n_devices", n_devices, 1, where="train_reference")
     devs = devices.try_all_gpus()[:n_devices]
     if len(devs) < n_devices or (n_devices > 1 and devs[0].type != "cuda"):
         raise ValueError(f"train_reference: n_devices={n_devices} but this machine has "
@@ -199,16 +199,12 @@ class Recipe:
     def __post_init__(self) -> None:
         for name, value, allowed in (("data", self.data, DATA_MODES), ("init", self.init, INITS),
                                      ("lr_schedule", self.lr_schedule, LR_SCHEDULES)):
-            if value not in allowed:
-                raise ValueError(f"Recipe: {name} must be one of {', '.join(allowed)}; got {value!r}")
+            check_choice(name, value, allowed, where="Recipe")
         if self.data == "loader" and self.lr_schedule != "constant":
             raise ValueError("Recipe: data='loader' is the book's loop, which has a constant lr; "
                              f"lr_schedule must be 'constant' there, got {self.lr_schedule!r}")
-        if not isinstance(self.batch_size, int) or isinstance(self.batch_size, bool) or self.batch_size < 1:
-            raise ValueError(f"Recipe: batch_size must be an int >= 1, got {self.batch_size!r}")
-        if not isinstance(self.lr, int | float) or isinstance(self.lr, bool) or not self.lr > 0 \
-                or self.lr == float("inf"):
-            raise ValueError(f"Recipe: lr must be a positive number, got {self.lr!r}")
+        check_int("batch_size", self.batch_size, 1, where="Recipe")
+        check_number("lr", self.lr, where="Recipe")
 
     def but(self, name: str, **changes: Any) -> Recipe:
         return dataclasses.replace(self, name=name, **changes)
@@ -239,7 +235,8 @@ def backend_flags(recipe: Recipe) -> Iterator[None]:
 
 
 def waterfall_changes(*, batch_size: int = 256, lr: float = 0.1, big_batch: int = 1024,
-                      device: torch.device | str = "cpu") -> tuple[Recipe, list[tuple[str, dict[str, Any], str]]]:
+                      device: torch.device | str = "cpu",
+                      ) -> tuple[Recipe, list[tuple[str, dict[str, Any], str]]]:
     """The reference recipe and the changes stacked on it, as (name, change, what it does)."""
     dev = torch.device(device)
     scaled_lr = lr * big_batch / batch_size
@@ -250,16 +247,26 @@ def waterfall_changes(*, batch_size: int = 256, lr: float = 0.1, big_batch: int 
     # (kernel by kernel) unless they are compiled too; `measure` records whether graphs ran.
     graphs = {"mode": "reduce-overhead"} if dev.type == "cuda" else {}
     return ref, [
-        ("uint8 in memory", dict(data="memory"), "whole data set as one uint8 tensor; no workers, no per-sample ToTensor"),
-        ("on the device", dict(data="device"), "data resident on the device, shuffled and sliced there"),
-        ("larger batch", dict(batch_size=big_batch, lr=scaled_lr), f"batch {big_batch}, lr scaled linearly to {scaled_lr:g}"),
-        ("cudnn.benchmark", dict(cudnn_benchmark=True), "cuDNN tries each convolution's algorithms once and keeps the fastest"),
-        ("TF32 matmuls", dict(tf32=True), "fp32 matrix multiplies on TF32 tensor cores (convolutions use TF32 by default)"),
-        ("bf16 autocast", dict(precision="bf16"), "matmuls and convolutions in bfloat16"),
-        ("channels_last", dict(channels_last=True), "NHWC memory format for convolutions"),
-        ("torch.compile", dict(compile={}), "fused kernels (Inductor, default mode)"),
-        ("+ CUDA graphs", dict(compile=graphs), "forward and backward replayed as CUDA graphs (optimizer stays eager)"),
-        ("fused SGD", dict(fused=True), "one fused optimizer kernel for all parameters"),
+        ("uint8 in memory", dict(data="memory"),
+         "whole data set as one uint8 tensor; no workers, no per-sample ToTensor"),
+        ("on the device", dict(data="device"),
+         "data resident on the device, shuffled and sliced there"),
+        ("larger batch", dict(batch_size=big_batch, lr=scaled_lr),
+         f"batch {big_batch}, lr scaled linearly to {scaled_lr:g}"),
+        ("cudnn.benchmark", dict(cudnn_benchmark=True),
+         "cuDNN tries each convolution's algorithms once and keeps the fastest"),
+        ("TF32 matmuls", dict(tf32=True),
+         "fp32 matrix multiplies on TF32 tensor cores (convolutions use TF32 by default)"),
+        ("bf16 autocast", dict(precision="bf16"),
+         "matmuls and convolutions in bfloat16"),
+        ("channels_last", dict(channels_last=True),
+         "NHWC memory format for convolutions"),
+        ("torch.compile", dict(compile={}),
+         "fused kernels (Inductor, default mode)"),
+        ("+ CUDA graphs", dict(compile=graphs),
+         "forward and backward replayed as CUDA graphs (optimizer stays eager)"),
+        ("fused SGD", dict(fused=True),
+         "one fused optimizer kernel for all parameters"),
     ]
 
 
@@ -365,24 +372,25 @@ def _epoch_batches(recipe: Recipe, d: CapstoneData, device: torch.device, seed: 
                          drop_last=bool(recipe.compile is not None))
 
 
-def _fast_train(net: nn.Module, recipe: Recipe, d: CapstoneData, device: torch.device, *,
-                num_epochs: int, max_batches: int | None, seed: int, test: bool,
-                batches: TensorBatches | None = None, on_step: Any = None) -> training.History:
-    if batches is None:
-        batches = _epoch_batches(recipe, d, device, seed)
-    test_iter = None
-    if test:
-        test_iter = [(xb.float() / 255, yb) for xb, yb in
-                     zip(d.x_test.split(1024), d.y_test.split(1024), strict=True)]
+def train_recipe(net: nn.Module, recipe: Recipe, batches: Any, *, device: torch.device,
+                 num_epochs: int = 1, max_batches: int | None = None, test_iter: Any = None,
+                 on_step: Any = None) -> training.History:
+    """Train `net` as `recipe` says, in the suite's one training loop (`training.train`).
+    `batches` carry the data change ("uint8 in memory", "on the device"); every other change
+    of the waterfall is one switch of the loop, named in the comment beside it."""
     # an epoch is at most max_batches (train's steps_per_epoch would go round a shorter epoch)
     steps = min(len(batches), max_batches) if max_batches else None
-    with backend_flags(recipe):  # its callers set them too; here for any direct use
-        return training.train(net, batches, num_epochs=num_epochs, lr=recipe.lr, device=device,
-                              lr_schedule=recipe.lr_schedule,
-                              precision=recipe.precision, channels_last=recipe.channels_last,
-                              compile_model=recipe.compile or False, fused=recipe.fused,
-                              steps_per_epoch=steps, test_iter=test_iter, progress=False,
-                              on_step=on_step)
+    with backend_flags(recipe):                     # "cudnn.benchmark", "TF32 matmuls"
+        return training.train(
+            net, batches, num_epochs=num_epochs, device=device,
+            lr=recipe.lr,                           # "larger batch": lr scaled with it
+            lr_schedule=recipe.lr_schedule,         # accuracy safeguard: "linear-decay" to 0
+            precision=recipe.precision,             # "bf16 autocast"
+            channels_last=recipe.channels_last,     # "channels_last"
+            # "torch.compile" ({}: the default mode), "+ CUDA graphs" ({"mode": "reduce-overhead"})
+            compile_model=False if recipe.compile is None else recipe.compile,
+            fused=recipe.fused,                     # "fused SGD"
+            steps_per_epoch=steps, test_iter=test_iter, progress=False, on_step=on_step)
 
 
 def _busy_window(n_batches: int, busy_batches: int, warmup: int) -> tuple[int, int]:
@@ -410,8 +418,7 @@ def measure(recipe: Recipe, d: CapstoneData, *, device: torch.device | str, widt
     dev = devices.as_device(device)
     for name, v, low in (("epochs", epochs, 1), ("warmup_epochs", warmup_epochs, 0),
                          ("busy_batches", busy_batches, 0)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < low:
-            raise ValueError(f"measure: {name} must be an int >= {low}, got {v!r}")
+        check_int(name, v, low, where="measure")
     if recipe.compile is not None and (epochs < MIN_STEADY_EPOCHS or warmup_epochs < 1):
         raise ValueError(f"measure: {recipe.name!r} compiles; time at least {MIN_STEADY_EPOCHS} steady "
                          f"epochs after at least one warm-up epoch (got epochs={epochs}, "
@@ -442,14 +449,14 @@ def measure(recipe: Recipe, d: CapstoneData, *, device: torch.device | str, widt
         else:
             # built once: the profiled steps below then time training, not copying the data set
             batches = _epoch_batches(recipe, d, dev, seed)
-            hist = _fast_train(net, recipe, d, dev, num_epochs=total, max_batches=max_batches,
-                               seed=seed, test=False, batches=batches)
+            hist = train_recipe(net, recipe, batches, device=dev, num_epochs=total,
+                                max_batches=max_batches)
             timed = [(e.seconds, e.samples) for e in hist.epochs[warmup_epochs:]]
             warm, steps = _busy_window(len(batches), busy_batches, 3)
 
             def profiled(window: diagnose.StepWindow) -> None:
-                _fast_train(net, recipe, d, dev, num_epochs=1, max_batches=window.stop_after,
-                            seed=seed, test=False, batches=batches, on_step=window)
+                train_recipe(net, recipe, batches, device=dev, num_epochs=1,
+                             max_batches=window.stop_after, on_step=window)
         window = None
         if busy_batches:
             window = diagnose.StepWindow(device=dev, warmup=warm, steps=steps)
@@ -480,8 +487,7 @@ def accuracy_curve(recipe: Recipe, d: CapstoneData, *, device: torch.device | st
                    num_workers: int = D2L_WORKERS) -> list[float]:
     """Train `recipe` for `epochs` full epochs from `seed`'s initial weights (the recipe's init);
     return the test accuracy after every epoch."""
-    if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
-        raise ValueError(f"accuracy_curve: epochs must be an int >= 1, got {epochs!r}")
+    check_int("epochs", epochs, 1, where="accuracy_curve")
     dev = devices.as_device(device)
     net = build_net(width, seed, recipe.init)
     with backend_flags(recipe):
@@ -494,7 +500,10 @@ def _accuracy_curve(recipe: Recipe, net: nn.Module, d: CapstoneData, dev: torch.
         return train_reference(net, d.train_ds, d.test_ds, batch_size=recipe.batch_size,
                                lr=recipe.lr, num_epochs=epochs, num_workers=num_workers,
                                seed=seed)["test_accuracies"]
-    hist = _fast_train(net, recipe, d, dev, num_epochs=epochs, max_batches=None, seed=seed, test=True)
+    test_iter = [(xb.float() / 255, yb) for xb, yb in
+                 zip(d.x_test.split(1024), d.y_test.split(1024), strict=True)]
+    hist = train_recipe(net, recipe, _epoch_batches(recipe, d, dev, seed), device=dev,
+                        num_epochs=epochs, test_iter=test_iter)
     return [float(a) for a in hist["test_accuracy"]]
 
 
@@ -513,12 +522,10 @@ def run_cost(samples_per_s: float, *, price_per_hour: float, epochs: int = 10,
              dataset_size: int = 60_000, n_devices: int = 1) -> dict[str, float]:
     """Wall time (hours) and money for `epochs` over `dataset_size` samples at a measured
     `samples_per_s`, renting `n_devices` at `price_per_hour` each (claim L22)."""
-    for name, v in (("samples_per_s", samples_per_s), ("price_per_hour", price_per_hour)):
-        if not isinstance(v, int | float) or v < 0 or (name == "samples_per_s" and v == 0):
-            raise ValueError(f"run_cost: {name} must be a positive number, got {v!r}")
+    check_number("samples_per_s", samples_per_s, where="run_cost")
+    check_number("price_per_hour", price_per_hour, where="run_cost", inclusive=True)
     for name, v in (("epochs", epochs), ("dataset_size", dataset_size), ("n_devices", n_devices)):
-        if not isinstance(v, int) or v < 1:
-            raise ValueError(f"run_cost: {name} must be a positive int, got {v!r}")
+        check_int(name, v, 1, where="run_cost")
     hours = epochs * dataset_size / samples_per_s / 3600
     return {"hours": hours, "cost": hours * price_per_hour * n_devices,
             "seconds_per_epoch": dataset_size / samples_per_s}

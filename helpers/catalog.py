@@ -1,5 +1,7 @@
 """The notebook catalog (`notebooks/catalog.toml`) as data, and the run-time table of the
 instructors' guide (`notebooks/README.md`) generated from it, so the two cannot drift apart.
+The catalog is also the one place that says which notebooks test which claim (`claim_notebooks`;
+the claims themselves and their rules are in `claims`).
 
     python -m helpers.catalog          # rewrite the table in notebooks/README.md from the catalog
 
@@ -14,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import paths
+from .claims import CLAIMS
 
 CATALOG = paths.ROOT / "notebooks" / "catalog.toml"
 README = paths.ROOT / "notebooks" / "README.md"
@@ -33,7 +36,33 @@ def load(path: str | Path = CATALOG) -> list[dict[str, Any]]:
         if e.get("needs") not in NEEDS:
             raise ValueError(f"catalog: {e.get('file')!r} has needs={e.get('needs')!r}; "
                              f"allowed: {', '.join(NEEDS)}")
+        _check_claims(e)
     return entries
+
+
+def _check_claims(entry: dict[str, Any]) -> None:
+    unknown = [c for c in entry.get("claims", []) if c not in CLAIMS]
+    if unknown:
+        raise ValueError(f"catalog: {entry.get('file')!r} lists unknown claim(s) {unknown}; "
+                         f"valid ids are L1 ... L{len(CLAIMS)} (helpers.claims)")
+
+
+def _check_entries(where: str, entries: object) -> None:
+    if not isinstance(entries, list) or not all(isinstance(e, dict) and "file" in e for e in entries):
+        raise TypeError(f"{where}: entries must be the list of dicts catalog.load() returns")
+
+
+def claim_notebooks(entries: list[dict[str, Any]] | None = None) -> dict[str, list[str]]:
+    """Claim id -> the notebooks that test it, by number ('01'), in teaching order; every claim
+    of `claims.CLAIMS` is a key (an empty list: no notebook tests it)."""
+    entries = load() if entries is None else entries
+    _check_entries("claim_notebooks", entries)
+    by_claim: dict[str, list[str]] = {cid: [] for cid in CLAIMS}
+    for e in entries:
+        _check_claims(e)
+        for cid in e.get("claims", []):
+            by_claim[cid].append(e["file"][:2])
+    return by_claim
 
 
 def _seconds(value: object) -> str:
@@ -44,8 +73,7 @@ def _seconds(value: object) -> str:
 
 def runtime_table(entries: list[dict[str, Any]]) -> str:
     """A Markdown table: notebook, what it shows, hardware, measured times, claims."""
-    if not isinstance(entries, list) or not all(isinstance(e, dict) and "file" in e for e in entries):
-        raise TypeError("runtime_table: entries must be the list of dicts catalog.load() returns")
+    _check_entries("runtime_table", entries)
     rows = [
         "| notebook | what it shows | needs for the full lesson | smoke, 2-core CPU | "
         "full, CPU | smoke, GPU | full, GPU | claims |",

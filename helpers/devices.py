@@ -17,6 +17,8 @@ from typing import Any
 import psutil
 import torch
 
+from .checks import check_int
+
 GPU_TYPES = ("cuda", "mps", "xpu")
 DEVICE_CHOICES = "'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'"
 
@@ -84,8 +86,7 @@ def _gpu(kind: str, i: int) -> torch.device:
 
 def try_gpu(i: int = 0) -> torch.device:
     """GPU `i` if it exists (`cuda:i`, `mps` or `xpu:i`), else the CPU (same as d2l)."""
-    if not isinstance(i, int) or isinstance(i, bool) or i < 0:
-        raise ValueError(f"try_gpu(i): i must be an int >= 0, got {i!r}")
+    check_int("i", i, 0, where="try_gpu")
     kind = accelerator()
     return _gpu(kind, i) if kind is not None and num_gpus() > i else cpu()
 

@@ -29,6 +29,8 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from .checks import check_choice, check_int, check_number
+
 PRECISIONS = ("bf16", "fp16", "tf32", "fp32")
 PEAK_SOURCE = ("NVIDIA datasheets (dense tensor-core TFLOP/s, without sparsity): H100/H200, "
                "A100, V100, T4, A10, L4, L40S datasheets; GA102/AD102 whitepapers for RTX 3090/4090")
@@ -52,15 +54,10 @@ PEAK_TFLOPS: list[tuple[str, dict[str, float | None]]] = [
 ]
 
 
-def _check_precision(precision: str) -> None:
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
-
-
 def peak_flops(device_name: str, precision: str = "bf16") -> float | None:
     """Dense peak FLOP/s of the GPU called `device_name` at `precision`, or None when unknown
     (a CPU, a GPU missing from the table, or a precision the card has no hardware for)."""
-    _check_precision(precision)
+    check_choice("precision", precision, PRECISIONS, where="peak_flops")
     if not isinstance(device_name, str):
         raise TypeError(f"device_name must be a string such as 'NVIDIA H100 80GB HBM3', got {device_name!r}")
     for pattern, peaks in PEAK_TFLOPS:
@@ -72,8 +69,7 @@ def peak_flops(device_name: str, precision: str = "bf16") -> float | None:
 
 def fraction_of_peak(flops_per_second: float, device_name: str, precision: str = "bf16") -> float | None:
     """Achieved FLOP/s over the card's datasheet peak (None when the peak is unknown)."""
-    if flops_per_second < 0:
-        raise ValueError(f"flops_per_second must be >= 0, got {flops_per_second!r}")
+    check_number("flops_per_second", flops_per_second, where="fraction_of_peak", inclusive=True)
     peak = peak_flops(device_name, precision)
     return None if peak is None else flops_per_second / peak
 
@@ -96,8 +92,7 @@ def training_flops_per_sample(model: nn.Module, sample_shape: Sequence[int], *,
 
     Counted on a `meta`-device copy, so it takes milliseconds and no memory whatever the model.
     """
-    if not isinstance(batch, int) or batch < 1:
-        raise ValueError(f"batch must be a positive int, got {batch!r}")
+    check_int("batch", batch, 1, where="training_flops_per_sample")
     if not sample_shape or any(not isinstance(s, int) or s < 1 for s in sample_shape):
         raise ValueError(f"sample_shape must be positive ints like (1, 28, 28), got {sample_shape!r}")
     net = copy.deepcopy(_unwrap(model)).to("meta").train()

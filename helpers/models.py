@@ -15,19 +15,13 @@ from torch.nn import functional as F
 from .checks import check_int
 
 
-def _check_positive_ints(where: str, **values: object) -> None:
-    for name, v in values.items():
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise ValueError(f"{where}: {name} must be a positive int, got {v!r}")
-
-
 class Residual(nn.Module):
     """d2l's residual block: conv-bn-relu-conv-bn, plus an optional 1x1 conv shortcut."""
 
     def __init__(self, in_channels: int, num_channels: int, use_1x1conv: bool = False,
                  strides: int = 1) -> None:
-        _check_positive_ints("Residual", in_channels=in_channels, num_channels=num_channels,
-                             strides=strides)
+        for name, v in (("in_channels", in_channels), ("num_channels", num_channels), ("strides", strides)):
+            check_int(name, v, 1, where="Residual")
         super().__init__()
         self.conv1 = nn.Conv2d(in_channels, num_channels, kernel_size=3, padding=1, stride=strides)
         self.conv2 = nn.Conv2d(num_channels, num_channels, kernel_size=3, padding=1)
@@ -58,7 +52,8 @@ def _resnet_block(in_channels: int, out_channels: int, num_residuals: int,
 def resnet18(num_classes: int = 10, in_channels: int = 1, width: int = 64) -> nn.Sequential:
     """The d2l ResNet-18 (3x3 stem, no max-pool). `width=64` is d2l's; smaller widths shrink
     every layer proportionally for quick CPU runs (the parameter names stay the same)."""
-    _check_positive_ints("resnet18", num_classes=num_classes, in_channels=in_channels, width=width)
+    for name, v in (("num_classes", num_classes), ("in_channels", in_channels), ("width", width)):
+        check_int(name, v, 1, where="resnet18")
     w = width
     net = nn.Sequential(
         nn.Conv2d(in_channels, w, kernel_size=3, stride=1, padding=1),

@@ -10,6 +10,8 @@ import matplotlib
 matplotlib.rcParams.setdefault("figure.dpi", 90)
 import matplotlib.pyplot as plt  # noqa: E402
 
+from .checks import check_int  # noqa: E402
+
 
 def _in_notebook() -> bool:
     try:
@@ -104,9 +106,8 @@ def bar_compare(labels: Sequence[str], values: Sequence[float], *, unit: str,
     bad = [labels[i] for i, v in enumerate(values) if not math.isfinite(v) or v < 0]
     if bad:
         raise ValueError(f"bar_compare: values must be finite and >= 0; not so for {bad}")
-    if not isinstance(baseline, int) or isinstance(baseline, bool):
-        raise TypeError(f"bar_compare: baseline must be the int index of a bar, got {baseline!r}")
-    if not 0 <= baseline < len(values):
+    check_int("baseline", baseline, 0, where="bar_compare")
+    if baseline >= len(values):
         raise ValueError(f"bar_compare: baseline must index a bar (0..{len(values) - 1}), got {baseline}")
     if values[baseline] <= 0:
         raise ValueError("bar_compare: the baseline value must be positive")

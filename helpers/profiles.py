@@ -17,6 +17,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from .checks import check_choice
+
 PROFILES = ("smoke", "full")
 _CHOICES = (*PROFILES, "auto")
 ENV_VAR = "FTG_PROFILE"
@@ -28,9 +30,7 @@ def resolve(name: str | None = None) -> str:
         name = os.environ.get(ENV_VAR, "auto")
     if not isinstance(name, str):
         raise TypeError(f"profile must be a string, one of {', '.join(_CHOICES)}; got {name!r}")
-    name = name.strip().lower()
-    if name not in _CHOICES:
-        raise ValueError(f"unknown profile {name!r}: valid profiles are {', '.join(_CHOICES)}")
+    name = check_choice(f"profile (or ${ENV_VAR})", name.strip().lower(), _CHOICES)
     if name == "auto":
         from helpers import devices
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import pandas as pd
 
-from . import paths
+from . import catalog, paths
 from .claims import CLAIMS, RULES, VERDICT_KINDS, kind_of
 from .results import load_all
 
@@ -80,11 +80,6 @@ def _reference_sets(problems: list[str] | None = None) -> list[tuple[str, list[d
     return [(d.name, load_all(d, problems=problems)) for d in sorted(root.iterdir()) if d.is_dir()]
 
 
-def _expected_notebooks(where: str) -> list[str]:
-    """'01, 03' -> ['01', '03']: the notebooks (by number) meant to test a claim."""
-    return [w.strip() for w in where.split(",") if w.strip()]
-
-
 def build(results: list[dict[str, Any]], run_log: dict[str, Any] | None = None,
           references: list[tuple[str, list[dict[str, Any]]]] | None = None,
           problems: list[str] | None = None) -> dict[str, Any]:
@@ -103,11 +98,14 @@ def build(results: list[dict[str, Any]], run_log: dict[str, Any] | None = None,
                 ref_verdicts.setdefault(v["claim"], {**v, "run": name})
     unreadable = {m.group(1) for m in (re.search(r"(\d\d)[^/]*\.json ", p) for p in own_problems) if m}
     ledger = []
-    for cid, (text, where) in CLAIMS.items():
+    # which notebooks should have judged each claim (none named where no catalog is at hand:
+    # a report of a few notebooks run outside the project's checkout)
+    tested_in = catalog.claim_notebooks() if catalog.CATALOG.is_file() else {c: [] for c in CLAIMS}
+    for cid, text in CLAIMS.items():
         entries = [{**v, "notebook": r["notebook"], "kind": kind_of(v["verdict"])}
                    for r in results for v in r.get("verdicts", []) if v.get("claim") == cid]
         recorded = {e["notebook"][:2] for e in entries}
-        for nb in _expected_notebooks(where):       # a notebook meant to test it that did not
+        for nb in tested_in[cid]:       # a notebook meant to test it that did not
             if nb not in recorded:
                 entries.append({"notebook": f"notebook {nb}", "verdict": NOT_RUN, "kind": NOT_RUN,
                                 "figure": "", "detail": "", "synthetic_data": False})
@@ -116,7 +114,7 @@ def build(results: list[dict[str, Any]], run_log: dict[str, Any] | None = None,
                 e["verdict"] = "results file unreadable"
         decided = {e["kind"] for e in entries if e["kind"] in DECIDED}
         ledger.append({
-            "claim": cid, "text": text, "where": where, "entries": entries,
+            "claim": cid, "text": text, "notebooks": tested_in[cid], "entries": entries,
             "disagree": len(decided) > 1,
             "rule": RULES[cid].threshold, "compares": RULES[cid].compares,
             "reference": ref_verdicts.get(cid),

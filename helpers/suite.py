@@ -33,6 +33,7 @@ from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernel
 from tqdm.auto import tqdm
 
 from . import paths, processes, profiles, report
+from .checks import check_int
 
 NOTEBOOKS = paths.ROOT / "notebooks"
 KEEP_RUNS = 20  # older finished run folders are pruned
@@ -81,8 +82,7 @@ def execute(nb_path: Path, out_dir: Path, timeout: int) -> dict:
     copy, finished or not. Never raises for a failing notebook: returns its status
     ('ok', 'failed' or 'interrupted'), seconds and the reason. The kernel's own stderr (C++
     library logging, ipykernel's warnings) goes to `<out_dir>/<name>.kernel.log`."""
-    if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout < 1:
-        raise ValueError(f"execute: timeout must be a positive int (seconds per cell), got {timeout!r}")
+    check_int("timeout (seconds per cell)", timeout, 1, where="execute")
     nb_path, out_dir = Path(nb_path), Path(out_dir)
     if not nb_path.is_file():
         raise FileNotFoundError(f"execute: nb_path {nb_path} is not a notebook file")
@@ -209,7 +209,7 @@ def _publish(run: Path, log: dict) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="python -m helpers.suite", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--profile", default=None,
                     help="smoke, full or auto (default: $FTG_PROFILE, else auto)")
     ap.add_argument("--yes", action="store_true", help="run the full profile even without a GPU")

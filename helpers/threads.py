@@ -15,12 +15,13 @@ from collections.abc import Iterator
 
 import torch
 
+from .checks import check_int
+
 
 @contextlib.contextmanager
 def cpu_threads(n: int) -> Iterator[int]:
     """Set `torch.set_num_threads(n)` inside the block, restore the previous value after it."""
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"cpu_threads: n must be an int >= 1, got {n!r}")
+    check_int("n", n, 1, where="cpu_threads")
     before = torch.get_num_threads()
     torch.set_num_threads(n)
     try:
@@ -49,6 +50,5 @@ def share(processes: int = 1) -> int:
     workers, ranks) run at once: threads x processes <= cores, at least 1. More threads than
     cores makes each thread wait at every barrier for a partner that is not running: a 2-core
     training run slowed more than 20x beside one other busy process that way."""
-    if not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:
-        raise ValueError(f"share: processes must be an int >= 1, got {processes!r}")
+    check_int("processes", processes, 1, where="share")
     return max(1, usable_cores() // processes)

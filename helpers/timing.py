@@ -7,7 +7,6 @@ before reading the clock. `micro_benchmark` wraps `torch.utils.benchmark` for si
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from collections.abc import Callable
@@ -17,6 +16,7 @@ import numpy as np
 import torch
 import torch.utils.benchmark as tb
 
+from .checks import check_int, check_number, check_seconds
 from .devices import as_device, synchronize
 
 
@@ -78,8 +78,7 @@ class Measurement:
 
     def per_second(self, items: float) -> float:
         """Throughput when one call processes `items` items (samples, bytes, ...)."""
-        if not isinstance(items, (int, float)) or isinstance(items, bool) or items < 0:
-            raise ValueError(f"per_second: items must be a number >= 0 (items per call), got {items!r}")
+        check_number("items", items, where="per_second", inclusive=True)  # items per call
         if self.median <= 0:
             raise ValueError(f"per_second: {self.label!r} has a median of {self.median} s, too short to "
                              "turn into a rate; time more work per call (benchmark(number=...))")
@@ -124,8 +123,7 @@ def benchmark(
     of one op, wrong for timing whole epochs at the machine's real thread count.
     """
     for name, value, low in (("repeats", repeats, 1), ("warmup", warmup, 0), ("number", number, 1)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < low:
-            raise ValueError(f"benchmark: {name} must be an int >= {low}, got {value!r}")
+        check_int(name, value, low, where="benchmark")
     if not callable(fn):
         raise TypeError(f"benchmark: fn must be callable, got {type(fn).__name__}")
     for _ in range(warmup):
@@ -154,10 +152,7 @@ def micro_benchmark(stmt: str, globals: dict | None = None, *, min_run_time: flo
     process's thread count (its default would pin to one thread)."""
     if not isinstance(stmt, str) or not stmt.strip():
         raise ValueError(f"micro_benchmark: stmt must be a non-empty string of code, got {stmt!r}")
-    if (not isinstance(min_run_time, int | float) or isinstance(min_run_time, bool)
-            or not math.isfinite(min_run_time) or min_run_time <= 0):
-        raise ValueError(f"micro_benchmark: min_run_time must be a positive finite number of seconds, "
-                         f"got {min_run_time!r}")
+    check_seconds("min_run_time", min_run_time, where="micro_benchmark")
     timer = tb.Timer(stmt=stmt, globals=globals or {}, num_threads=torch.get_num_threads(),
                      label=label or stmt)
     return timer.blocked_autorange(min_run_time=min_run_time)

@@ -392,14 +392,15 @@ def train(
     sched = _schedule(opt, lr_schedule, lr, total)
     scaler = torch.amp.GradScaler(dev.type) if plan.use_scaler else None
     model = net
-    if compile_model:
+    compiling = compile_model is not False  # {} is "compile with the default options", not off
+    if compiling:
         model = torch.compile(net, **(compile_model if isinstance(compile_model, dict) else {}))
     memory = _PeakMemory(dev)
 
     hist = History(config={
         "device": str(dev), "precision": plan.effective, "precision_requested": plan.requested,
         "precision_note": plan.note, "accum_steps": accum_steps, "channels_last": channels_last,
-        "compile": bool(compile_model), "lr": lr, "momentum": momentum, "lr_schedule": lr_schedule,
+        "compile": compiling, "lr": lr, "momentum": momentum, "lr_schedule": lr_schedule,
         "fused": bool(opt.defaults.get("fused")),
         "log_every": log_every, "steps_per_epoch": steps_per_epoch,
     })

@@ -93,17 +93,17 @@ def test_build_net_inits():
     conv_def = next(m for m in default.modules() if isinstance(m, torch.nn.Conv2d)).weight
     assert abs(conv_d2l.std().item() - 0.01) < 0.003   # the book's N(0, 0.01)
     assert conv_def.std().item() > 0.05                 # Kaiming-uniform: much larger
-    with pytest.raises(ValueError, match="init must be one of d2l, default"):
+    with pytest.raises(ValueError, match="build_net: init must be one of 'd2l', 'default'"):
         capstone.build_net(8, init="xavier")
 
 
 @pytest.mark.parametrize("change,match", [
-    (dict(data="disk"), "data must be one of loader, memory, device"),
+    (dict(data="disk"), "Recipe: data must be one of 'loader', 'memory', 'device'"),
     (dict(init="zeros"), "init must be one of"),
-    (dict(lr_schedule="cosine"), "lr_schedule must be one of constant, linear-decay"),
+    (dict(lr_schedule="cosine"), "Recipe: lr_schedule must be one of 'constant', 'linear-decay'"),
     (dict(lr_schedule="linear-decay"), "book's loop"),
-    (dict(batch_size=0), "batch_size"),
-    (dict(lr=-0.1), "lr must be a positive number"),
+    (dict(batch_size=0), "Recipe: batch_size must be an int >= 1, got 0"),
+    (dict(lr=-0.1), "Recipe: lr must be a positive finite number"),
 ])
 def test_recipe_rejects_bad_settings(change, match):
     with pytest.raises(ValueError, match=match):
@@ -113,13 +113,39 @@ def test_recipe_rejects_bad_settings(change, match):
 def test_linear_decay_takes_the_lr_to_zero_over_the_run(tiny):
     recipe = capstone.Recipe("r", data="device", batch_size=32, lr=0.4, lr_schedule="linear-decay")
     net = capstone.build_net(2)
-    hist = capstone._fast_train(net, recipe, tiny, torch.device("cpu"), num_epochs=3,
-                                max_batches=None, seed=0, test=False)
+    batches = capstone._epoch_batches(recipe, tiny, torch.device("cpu"), seed=0)
+    hist = capstone.train_recipe(net, recipe, batches, device=torch.device("cpu"), num_epochs=3)
     # 3 batches per epoch, 9 steps: epoch e's last update (step 3e) used 0.4 * (1 - (3e - 1) / 9)
     assert hist["lr"] == pytest.approx([0.4 * (1 - (3 * e - 1) / 9) for e in (1, 2, 3)])
-    const = capstone._fast_train(capstone.build_net(2), recipe.but("c", lr_schedule="constant"), tiny,
-                                 torch.device("cpu"), num_epochs=2, max_batches=None, seed=0, test=False)
+    const = capstone.train_recipe(capstone.build_net(2), recipe.but("c", lr_schedule="constant"), batches,
+                                  device=torch.device("cpu"), num_epochs=2)
     assert const["lr"] == [0.4, 0.4]
+
+
+def test_train_recipe_switches_on_each_change_in_the_loop(tiny, monkeypatch):
+    """Each waterfall change reaches the shared loop; the backend switches hold while it trains."""
+    seen = {}
+
+    def spy(net, batches, **kw):
+        seen.update(kw, cudnn=torch.backends.cudnn.benchmark, mm=torch.get_float32_matmul_precision())
+        return "history"
+
+    monkeypatch.setattr(capstone.training, "train", spy)
+    ref, changes = capstone.waterfall_changes(batch_size=16, big_batch=32, device="cuda")
+    recipes = {}
+    recipe = ref
+    for name, change, _ in changes:
+        recipe = recipes[name] = recipe.but(name, **change)
+    before = (torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision())
+    assert capstone.train_recipe(capstone.build_net(2), recipe, [], device=torch.device("cpu")) == "history"
+    assert (seen["lr"], seen["precision"], seen["channels_last"], seen["fused"]) == (0.2, "bf16", True, True)
+    assert seen["compile_model"] == {"mode": "reduce-overhead"}  # "+ CUDA graphs"
+    assert seen["cudnn"] is True and seen["mm"] == "high"
+    capstone.train_recipe(capstone.build_net(2), recipes["torch.compile"], [], device=torch.device("cpu"))
+    assert seen["compile_model"] == {}  # compile={}: compiled in Inductor's default mode (not off)
+    assert (torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision()) == before
+    plain = capstone.train_recipe(capstone.build_net(2), ref.but("m", data="memory"), [], device=torch.device("cpu"))
+    assert plain == "history" and (seen["precision"], seen["channels_last"], seen["fused"]) == ("fp32", False, False)
 
 
 def test_build_net_is_reproducible():
@@ -145,7 +171,7 @@ def test_reference_runs_on_one_device_unless_asked(tiny, monkeypatch):
                                    num_workers=0, max_batches=1)
     assert not isinstance(out["net"], torch.nn.DataParallel)
     for bad in (0, True, 1.5):
-        with pytest.raises(ValueError, match="n_devices must be an int >= 1"):
+        with pytest.raises(ValueError, match="train_reference: n_devices must be an int >= 1"):
             capstone.train_reference(capstone.build_net(2), tiny.train_ds, None, n_devices=bad)
     monkeypatch.setattr(capstone.devices, "try_all_gpus", lambda: [torch.device("cpu")])
     monkeypatch.setattr(capstone.devices, "num_gpus", lambda: 0)
@@ -183,14 +209,14 @@ def test_measure_takes_the_median_of_the_steady_epochs_after_the_warm_up(tiny, m
     # over 32 of 96 images each is 2 s per 32 images, i.e. 6 s for the whole 96-image epoch
     fake = [100.0, 1.0, 3.0, 2.0]
 
-    def fake_train(net, recipe, d, dev, *, num_epochs, **kw):
+    def fake_train(net, recipe, batches, *, num_epochs, **kw):
         assert num_epochs == 4
         return training.History(epochs=[training.EpochStats(
             epoch=i + 1, loss=0.0, accuracy=None, samples=32, seconds=s, samples_per_s=32 / s,
             data_wait_s=0.0, data_wait_fraction=0.0, peak_memory_bytes=0, memory_kind="",
             lr=0.1, optimizer_steps=1) for i, s in enumerate(fake)])
 
-    monkeypatch.setattr(capstone, "_fast_train", fake_train)
+    monkeypatch.setattr(capstone, "train_recipe", fake_train)
     r = capstone.measure(capstone.Recipe("m", data="memory", batch_size=32), tiny, device="cpu",
                          width=2, epochs=3, busy_batches=0)
     assert r.seconds_per_epoch == pytest.approx(6.0)

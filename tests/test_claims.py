@@ -1,9 +1,12 @@
 """Every claim's rule reaches each of its verdicts from measurements on both sides of its
 thresholds, and no rule can give only one verdict."""
 
+import re
+
+import nbformat
 import pytest
 
-from helpers import claims
+from helpers import catalog, claims
 from helpers.claims import GPU, GPUS2, HOLDS, NOT_HERE, REAL_DATA, RULES, Rule, judge
 
 # claim -> [(measurements, expected verdict)], values chosen just either side of each threshold
@@ -125,12 +128,24 @@ def test_judge_names_the_quantities_on_bad_input():
         judge("L99")
 
 
-def test_the_catalog_and_the_ledger_name_the_same_notebooks_per_claim():
-    from helpers import catalog
+def test_every_claim_is_tested_by_a_notebook_of_the_catalog():
+    """The catalog is the one place that maps claims to notebooks; no claim may be left out."""
+    tested_in = catalog.claim_notebooks()
+    assert set(tested_in) == set(claims.CLAIMS)
+    assert [cid for cid, nbs in tested_in.items() if not nbs] == []
+    assert tested_in["L4"] == ["01", "03"]  # teaching order, by notebook number
 
-    by_catalog: dict[str, set[str]] = {}
-    for nb in catalog.load():
-        for cid in nb.get("claims", []):
-            by_catalog.setdefault(cid, set()).add(nb["file"][:2])
-    for cid, (_, where) in claims.CLAIMS.items():
-        assert by_catalog.get(cid) == {w.strip() for w in where.split(",")}, cid
+
+def test_the_catalog_refuses_a_claim_the_ledger_does_not_know(tmp_path):
+    toml = tmp_path / "catalog.toml"
+    toml.write_text('[[notebook]]\nfile = "01_x.ipynb"\ntitle = "x"\nneeds = "cpu"\nclaims = ["L3", "L99"]\n')
+    with pytest.raises(ValueError, match=r"'01_x.ipynb' lists unknown claim\(s\) \['L99'\]"):
+        catalog.load(toml)
+
+
+@pytest.mark.parametrize("entry", catalog.load(), ids=lambda e: e["file"])
+def test_each_notebook_judges_exactly_the_claims_the_catalog_lists(entry):
+    """The catalog's claim list of a notebook is the claims its code judges (`rec.judge("L..."`)."""
+    nb = nbformat.read(catalog.CATALOG.parent / entry["file"], as_version=4)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert set(re.findall(r"\.judge\(\s*[\"'](L\d+)[\"']", code)) == set(entry.get("claims", []))

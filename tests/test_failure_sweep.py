@@ -130,15 +130,15 @@ POSITIVE = r"must be (a positive int|an int >= 1)"
 
 CASES = [
     # --- models ----------------------------------------------------------------------------
-    case(models.resnet18, ValueError, r"resnet18: width must be a positive int, got 0", width=0),
-    case(models.resnet18, ValueError, r"resnet18: width must be a positive int, got -8", width=-8),
-    case(models.resnet18, ValueError, r"num_classes must be a positive int, got '10'", num_classes="10"),
-    case(models.resnet18, ValueError, r"in_channels must be a positive int, got 0", in_channels=0),
-    case(models.resnet18, ValueError, r"in_channels must be a positive int, got True", in_channels=True),
-    case(models.resnet18, ValueError, r"width must be a positive int, got 1.5", width=1.5),
-    case(models.Residual, ValueError, r"Residual: in_channels must be a positive int, got 0", 0, 8),
-    case(models.Residual, ValueError, r"Residual: num_channels must be a positive int, got 'a'", 4, "a"),
-    case(models.Residual, ValueError, r"Residual: strides must be a positive int, got 0", 4, 8, strides=0),
+    case(models.resnet18, ValueError, r"resnet18: width must be an int >= 1, got 0", width=0),
+    case(models.resnet18, ValueError, r"resnet18: width must be an int >= 1, got -8", width=-8),
+    case(models.resnet18, ValueError, r"resnet18: num_classes must be an int >= 1, got '10'", num_classes="10"),
+    case(models.resnet18, ValueError, r"resnet18: in_channels must be an int >= 1, got 0", in_channels=0),
+    case(models.resnet18, ValueError, r"resnet18: in_channels must be an int >= 1, got True", in_channels=True),
+    case(models.resnet18, ValueError, r"resnet18: width must be an int >= 1, got 1.5", width=1.5),
+    case(models.Residual, ValueError, r"Residual: in_channels must be an int >= 1, got 0", 0, 8),
+    case(models.Residual, ValueError, r"Residual: num_channels must be an int >= 1, got 'a'", 4, "a"),
+    case(models.Residual, ValueError, r"Residual: strides must be an int >= 1, got 0", 4, 8, strides=0),
     case(models.count_parameters, TypeError, r"net must be a torch.nn.Module, got int", 5),
     case(models.count_parameters, TypeError, r"net must be a torch.nn.Module", NotAModule()),
     # --- timing ----------------------------------------------------------------------------
@@ -151,8 +151,8 @@ CASES = [
     case(timing.benchmark, ValueError, r"number must be an int >= 1, got '3'", noop, number="3"),
     case(timing.Timer, ValueError, r"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'tpu'", device="tpu"),
     case(timing.Timer, TypeError, r"device must be a string \('cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'\)", device=5),
-    case(measurement(1.0), ValueError, r"items must be a number >= 0", -5),
-    case(measurement(1.0), ValueError, r"items must be a number >= 0 .*got '64'", "64"),
+    case(measurement(1.0), ValueError, r"per_second: items must be a finite number >= 0, got -5", -5),
+    case(measurement(1.0), ValueError, r"per_second: items must be a finite number >= 0, got '64'", "64"),
     case(measurement(0.0), ValueError, r"median of 0.0 s, too short .*number=", 64),
     # --- plotting --------------------------------------------------------------------------
     case(plotting.LivePlot, ValueError, r"legend must name at least one curve", []),
@@ -164,8 +164,8 @@ CASES = [
     case(plotting.bar_compare, ValueError, r"labels and values must be non-empty and the same length", [], [], unit="s"),
     case(plotting.bar_compare, ValueError, r"labels and values must be non-empty and the same length", ["a"], [1, 2], unit="s"),
     case(plotting.bar_compare, ValueError, r"baseline must index a bar \(0..1\), got 5", ["a", "b"], [1, 2], unit="s", baseline=5),
-    case(plotting.bar_compare, ValueError, r"baseline must index a bar \(0..1\), got -1", ["a", "b"], [1, 2], unit="s", baseline=-1),
-    case(plotting.bar_compare, TypeError, r"baseline must be the int index of a bar, got '0'", ["a", "b"], [1, 2], unit="s", baseline="0"),
+    case(plotting.bar_compare, ValueError, r"bar_compare: baseline must be an int >= 0, got -1", ["a", "b"], [1, 2], unit="s", baseline=-1),
+    case(plotting.bar_compare, ValueError, r"bar_compare: baseline must be an int >= 0, got '0'", ["a", "b"], [1, 2], unit="s", baseline="0"),
     case(plotting.bar_compare, ValueError, r"the baseline value must be positive", ["a", "b"], [0, 2], unit="s"),
     case(plotting.bar_compare, TypeError, r"values\[0\] \('a'\) must be a number, got str", ["a", "b"], ["1", 2], unit="s"),
     case(plotting.bar_compare, ValueError, r"values must be finite and >= 0; not so for \['b'\]", ["a", "b"], [1, float("nan")], unit="s"),
@@ -176,7 +176,7 @@ CASES = [
     case(plotting.waterfall, ValueError, r"steps\[0\] must be a \(label, value\) pair", [("a",)]),
     case(plotting.waterfall, TypeError, r"value of step 'a' must be a number, got str", [("a", "x")]),
     # --- devices ---------------------------------------------------------------------------
-    case(devices.try_gpu, ValueError, r"i must be an int >= 0, got -1", -1),
+    case(devices.try_gpu, ValueError, r"try_gpu: i must be an int >= 0, got -1", -1),
     case(devices.try_gpu, ValueError, r"i must be an int >= 0, got '0'", "0"),
     case(devices.as_device, ValueError, r"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'tpu'", "tpu"),
     case(devices.as_device, ValueError, r"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'gpu0'", "gpu0"),
@@ -236,9 +236,9 @@ CASES = [
     case(synthetic.write_image_folder, ValueError, r"quality must be an int in 1..95, got 0", "unused", UINT8_1, np.array([0]), ["a"], fmt="jpeg", quality=0),
     case(synthetic.is_synthetic, TypeError, r"folder must be a path \(str or Path\), got int", 5),
     # --- profiles --------------------------------------------------------------------------
-    case(profiles.resolve, ValueError, r"unknown profile 'fast': valid profiles are smoke, full, auto", "fast"),
+    case(profiles.resolve, ValueError, r"profile \(or \$FTG_PROFILE\) must be one of 'smoke', 'full', 'auto', got 'fast'", "fast"),
     case(profiles.resolve, TypeError, r"profile must be a string, one of smoke, full, auto; got 5", 5),
-    case(profiles.active, ValueError, r"unknown profile 'tiny': valid profiles are smoke, full, auto", "tiny"),
+    case(profiles.active, ValueError, r"profile \(or \$FTG_PROFILE\) must be one of 'smoke', 'full', 'auto', got 'tiny'", "tiny"),
     case(profiles.Profile, ValueError, r"name must be one of smoke, full .* got 'fast'", "fast"),
     case(profiles.Profile, ValueError, r"name must be one of smoke, full .* got 'auto'", "auto"),
     # --- results ---------------------------------------------------------------------------
@@ -273,10 +273,10 @@ CASES = [
     case(data_wait.DataWaitMeter, ValueError, r"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'tpu'", [1], device="tpu"),
     case(data_wait.wait_verdict, ValueError, r"wait_verdict: wait_fraction must be a fraction in \[0, 1\], got 1.5", 1.5),
     # --- suite -----------------------------------------------------------------------------
-    case(suite.main, ValueError, r"unknown profile 'fast': valid profiles are smoke, full, auto", ["--profile", "fast"]),
-    case(suite.choose_profile, ValueError, r"unknown profile 'fast': valid profiles are smoke, full, auto", "fast"),
+    case(suite.main, ValueError, r"profile \(or \$FTG_PROFILE\) must be one of 'smoke', 'full', 'auto', got 'fast'", ["--profile", "fast"]),
+    case(suite.choose_profile, ValueError, r"profile \(or \$FTG_PROFILE\) must be one of 'smoke', 'full', 'auto', got 'fast'", "fast"),
     case(suite.notebook_paths, ValueError, r"pattern must be a glob of notebook names .* got ''", ""),
-    case(suite.execute, ValueError, r"timeout must be a positive int \(seconds per cell\), got 0", Path("x.ipynb"), Path("out"), 0),
+    case(suite.execute, ValueError, r"execute: timeout \(seconds per cell\) must be an int >= 1, got 0", Path("x.ipynb"), Path("out"), 0),
     case(suite.execute, FileNotFoundError, r"nb_path .*missing.ipynb is not a notebook file", Path("/nonexistent/missing.ipynb"), Path("out"), 10),
     case(suite.save_reference, FileNotFoundError, r"save_reference: no result files in /nonexistent/results; run the notebooks first", Path("/nonexistent/results")),
     # --- catalog ---------------------------------------------------------------------------
@@ -284,6 +284,9 @@ CASES = [
     case(catalog.runtime_table, TypeError, r"entries must be the list of dicts catalog.load\(\) returns", 5),
     case(catalog.runtime_table, TypeError, r"entries must be the list of dicts", [{"title": "no file"}]),
     case(catalog.render_readme, ValueError, r"the README must hold the markers", "text", []),
+    case(catalog.claim_notebooks, TypeError, r"claim_notebooks: entries must be the list of dicts catalog.load\(\) returns", 5),
+    case(catalog.claim_notebooks, ValueError, r"'01_x.ipynb' lists unknown claim\(s\) \['L0'\]",
+         [{"file": "01_x.ipynb", "claims": ["L0"]}]),
     # --- pipelines (notebooks 02-03) --------------------------------------------------------
     case(pipelines.prepare_image_folder, ValueError, r"prepare_image_folder: fmt must be one of 'png', 'jpeg', got 'gif'", 8, fmt="gif"),
     case(pipelines.prepare_image_folder, ValueError, r"n must be an int >= 1, got 0", 0),

@@ -76,6 +76,17 @@ def test_report_shows_every_notebooks_verdict_and_flags_disagreement(tmp_path):
     assert rep["counts"]["holds"] == 1 and rep["counts"]["does not hold here"] == 1
     assert rep["counts"]["needs the real data set"] == 1
     assert "1.2x files" in ledger["L4"]["rule"]  # the rule's threshold travels with the verdict
+    assert ledger["L18"]["notebooks"] == ["04", "10"]  # from the catalog, the one source
+
+
+def test_report_without_a_catalog_lists_only_recorded_verdicts(tmp_path, monkeypatch):
+    """Notebooks run outside the checkout (no notebooks/catalog.toml): the report is still
+    written, and names no notebook as missing a verdict."""
+    monkeypatch.setattr(report.catalog, "CATALOG", tmp_path / "no-catalog.toml")
+    rep = report.build(load_all(_two_notebooks(tmp_path)), references=[])
+    ledger = {c["claim"]: c for c in rep["ledger"]}
+    assert ledger["L18"]["entries"] == [] and ledger["L18"]["notebooks"] == []
+    assert [e["notebook"] for e in ledger["L4"]["entries"]] == ["01_test", "03_test"]
 
 
 def test_report_files_relative_links_no_markdown_in_html(tmp_path):

@@ -203,6 +203,15 @@ def test_compile_switch_with_the_eager_backend():
     assert hist.config["compile"] is True and hist.last.loss > 0
 
 
+@pytest.mark.parametrize("switch,compiles", [({}, True), (True, True), (False, False)])
+def test_an_empty_dict_compiles_with_the_default_options(monkeypatch, switch, compiles):
+    calls = []
+    monkeypatch.setattr(torch, "compile", lambda net, **kw: calls.append(kw) or net)
+    X, y = _blobs(n=32)
+    hist = training.train(_mlp(), [(X, y)], device="cpu", compile_model=switch, progress=False)
+    assert (calls == [{}]) == compiles and hist.config["compile"] is compiles
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_fp16_on_gpu_uses_a_scaler_and_measures_cuda_memory():
