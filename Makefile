@@ -105,9 +105,9 @@ reference: install
 	$(BIN)/python -m helpers.suite --profile full --save-reference
 	$(BIN)/python -m benchmarks.capstone
 
-# Loopback, token, no news pop-up, --allow-root only as root (containers): helpers/lab.py.
+# Loopback, token, no news pop-up, --allow-root only as root (containers): helpers/suite/lab.py.
 lab: install
-	$(BIN)/python -m helpers.lab notebooks
+	$(BIN)/python -m helpers.suite.lab notebooks
 
 # A named kernel in the user's Jupyter data dir (--user, not --sys-prefix: a kernel inside this
 # venv would be seen only by this venv's own Jupyter, not by the learner's JupyterLab or VS Code).

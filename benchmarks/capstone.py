@@ -23,7 +23,8 @@ from pathlib import Path
 
 import torch
 
-from helpers import capstone, devices, flops, paths, results
+from helpers import capstone, devices, flops, paths
+from helpers.suite import results
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:

@@ -215,20 +215,21 @@ salvage() {
 import json, os, shutil, tempfile
 from pathlib import Path
 
-from helpers import paths, suite
+from helpers import paths
+from helpers.suite import runner
 
 run = paths.latest_run()  # the suite's run folder: build/runs/<time>/
 log = json.loads((run / "run.json").read_text())["notebooks"]
 ok = [n for n, r in log.items() if r["status"] == "ok" and (run / "results" / f"{n}.json").is_file()]
 failed = [n for n, r in log.items() if r["status"] != "ok"]
-unfinished = [p.stem for p in suite.notebook_paths(os.environ["FTG_GLOB"]) if p.stem not in log]
+unfinished = [p.stem for p in runner.notebook_paths(os.environ["FTG_GLOB"]) if p.stem not in log]
 print(f"== finished ok: {', '.join(ok) or 'none'}; failed: {', '.join(failed) or 'none'}; "
       f"stopped or not reached: {', '.join(unfinished) or 'none'}")
 if ok:
     with tempfile.TemporaryDirectory() as tmp:
         for n in ok:
             shutil.copy2(run / "results" / f"{n}.json", Path(tmp) / f"{n}.json")
-        print(f"== saved the finished notebooks' results to {suite.save_reference(Path(tmp))}")
+        print(f"== saved the finished notebooks' results to {runner.save_reference(Path(tmp))}")
 PYEOF
 }
 

@@ -1,6 +1,6 @@
 """A throw-away JupyterLab server for the browser test, started as `make lab` starts it.
 
-The command line and environment come from `helpers.lab` (what `make lab` runs): loopback,
+The command line and environment come from `helpers.suite.lab` (what `make lab` runs): loopback,
 token auth, no news pop-up, `--allow-root` only as root, the caller's environment passed on
 unchanged. The test adds only a port, a token it knows, and its own Jupyter folders.
 
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import psutil
 
-from helpers import lab
+from helpers.suite import lab
 
 # JupyterLab user settings for a test run: no autosave (the notebook is a copy anyway), and every
 # cell in the DOM (no windowing), so the test can count the images of the whole notebook.

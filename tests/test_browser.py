@@ -1,6 +1,6 @@
 """End to end in a real browser: every notebook, run like a learner in JupyterLab + headless Chromium.
 
-One JupyterLab server, started as `make lab` starts it (`helpers.lab`: same command line, the
+One JupyterLab server, started as `make lab` starts it (`helpers.suite.lab`: same command line, the
 test's own environment passed on unchanged, token auth, 127.0.0.1 only), serves copies of all
 notebooks; one Chromium page runs them in sequence from the Run menu (smoke profile). For each
 notebook it checks what a learner would see: no cell shows an error, at least as many plot
@@ -23,11 +23,12 @@ from pathlib import Path
 
 import pytest
 
-from helpers import paths, suite
+from helpers import paths
+from helpers.suite import runner
 from tests.lab_server import LabServer
 
 ROOT = paths.ROOT
-NOTEBOOKS = suite.notebook_paths()
+NOTEBOOKS = runner.notebook_paths()
 CHROMIUM = Path(os.environ.get("FTG_CHROMIUM", "/usr/bin/chromium"))
 # Read at import, before conftest points FTG_BUILD_DIR at a per-test temporary folder:
 # the screenshots are for people, so they go to the real build folder.

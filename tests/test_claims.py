@@ -6,8 +6,8 @@ import re
 import nbformat
 import pytest
 
-from helpers import catalog, claims
-from helpers.claims import GPU, GPUS2, HOLDS, NOT_HERE, REAL_DATA, RULES, Rule, judge
+from helpers.suite import catalog, claims
+from helpers.suite.claims import GPU, GPUS2, HOLDS, NOT_HERE, REAL_DATA, RULES, Rule, judge
 
 # claim -> [(measurements, expected verdict)], values chosen just either side of each threshold
 CASES: dict[str, list[tuple[dict, str]]] = {

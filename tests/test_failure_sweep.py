@@ -39,7 +39,6 @@ from torchvision import transforms
 from helpers import (
     batch_finder,
     capstone,
-    catalog,
     data,
     data_wait,
     device_augment,
@@ -53,15 +52,13 @@ from helpers import (
     process_group,
     processes,
     profiles,
-    report,
-    results,
-    suite,
     synthetic,
     threads,
     timing,
     training,
     worker_memory,
 )
+from helpers.suite import catalog, report, results, runner
 
 
 @dataclass
@@ -273,12 +270,12 @@ CASES = [
     case(data_wait.DataWaitMeter, ValueError, r"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'tpu'", [1], device="tpu"),
     case(data_wait.wait_verdict, ValueError, r"wait_verdict: wait_fraction must be a fraction in \[0, 1\], got 1.5", 1.5),
     # --- suite -----------------------------------------------------------------------------
-    case(suite.main, ValueError, r"profile \(or \$FTG_PROFILE\) must be one of 'smoke', 'full', 'auto', got 'fast'", ["--profile", "fast"]),
-    case(suite.choose_profile, ValueError, r"profile \(or \$FTG_PROFILE\) must be one of 'smoke', 'full', 'auto', got 'fast'", "fast"),
-    case(suite.notebook_paths, ValueError, r"pattern must be a glob of notebook names .* got ''", ""),
-    case(suite.execute, ValueError, r"execute: timeout \(seconds per cell\) must be an int >= 1, got 0", Path("x.ipynb"), Path("out"), 0),
-    case(suite.execute, FileNotFoundError, r"nb_path .*missing.ipynb is not a notebook file", Path("/nonexistent/missing.ipynb"), Path("out"), 10),
-    case(suite.save_reference, FileNotFoundError, r"save_reference: no result files in /nonexistent/results; run the notebooks first", Path("/nonexistent/results")),
+    case(runner.main, ValueError, r"profile \(or \$FTG_PROFILE\) must be one of 'smoke', 'full', 'auto', got 'fast'", ["--profile", "fast"]),
+    case(runner.choose_profile, ValueError, r"profile \(or \$FTG_PROFILE\) must be one of 'smoke', 'full', 'auto', got 'fast'", "fast"),
+    case(runner.notebook_paths, ValueError, r"pattern must be a glob of notebook names .* got ''", ""),
+    case(runner.execute, ValueError, r"execute: timeout \(seconds per cell\) must be an int >= 1, got 0", Path("x.ipynb"), Path("out"), 0),
+    case(runner.execute, FileNotFoundError, r"nb_path .*missing.ipynb is not a notebook file", Path("/nonexistent/missing.ipynb"), Path("out"), 10),
+    case(runner.save_reference, FileNotFoundError, r"save_reference: no result files in /nonexistent/results; run the notebooks first", Path("/nonexistent/results")),
     # --- catalog ---------------------------------------------------------------------------
     case(catalog.load, FileNotFoundError, r"catalog: path .*nothere.toml is not a file", "/nonexistent/nothere.toml"),
     case(catalog.runtime_table, TypeError, r"entries must be the list of dicts catalog.load\(\) returns", 5),
@@ -381,7 +378,7 @@ def test_bad_input_gives_a_clear_error(c: Case, tmp_path, monkeypatch):
 def test_the_sweep_covers_every_public_helper():
     """A new public function in these modules needs a line in CASES (or a reason below)."""
     mods = (models, timing, plotting, devices, data, synthetic, profiles, results, report,
-            data_wait, suite, catalog)
+            data_wait, runner, catalog)
     # Functions with no argument that can be wrong, or whose inputs are checked elsewhere.
     no_bad_input = {"devices.cpu", "devices.num_gpus", "devices.accelerator", "devices.try_all_gpus",
                     "devices.hardware_summary", "results.load_all", "report.to_markdown",
@@ -696,10 +693,10 @@ def test_infinite_figures_never_reach_the_results_file(tmp_path):
 @pytest.mark.timeout(60)
 def test_the_run_honours_ftg_profile_and_says_why(monkeypatch):
     monkeypatch.setenv("FTG_PROFILE", "smoke")
-    assert suite.choose_profile(None) == ("smoke", "from the environment (FTG_PROFILE)")
-    assert suite.choose_profile("full")[0] == "full"
+    assert runner.choose_profile(None) == ("smoke", "from the environment (FTG_PROFILE)")
+    assert runner.choose_profile("full")[0] == "full"
     monkeypatch.delenv("FTG_PROFILE")
-    name, why = suite.choose_profile(None)
+    name, why = runner.choose_profile(None)
     assert name == ("smoke" if NO_GPU else "full") and why.startswith("the default, auto: ")
 
 
@@ -709,7 +706,7 @@ def test_a_full_run_without_a_gpu_asks_first(capsys, monkeypatch):
     import io
 
     monkeypatch.setattr(sys, "stdin", io.StringIO(""))  # not a terminal: no one to ask
-    assert suite.main(["--profile", "full", "--notebooks", "00_*"]) == 2
+    assert runner.main(["--profile", "full", "--notebooks", "00_*"]) == 2
     err = capsys.readouterr()
     assert "Profile: full (asked for with --profile" in err.out
     assert "this takes hours" in err.err and "--yes (make run PROFILE=full CONFIRM=1)" in err.err

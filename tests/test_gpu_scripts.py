@@ -181,7 +181,8 @@ def test_run_script_rejects_bad_subcommands(tmp_path):
 
 def test_save_reference_twice_into_one_folder_accumulates(tmp_path, monkeypatch):
     """Separate calls (one glob each) on one GPU on one day save into the same folder."""
-    from helpers import paths, results, suite
+    from helpers import paths
+    from helpers.suite import results, runner
 
     monkeypatch.setattr(paths, "reference_results_dir", lambda: tmp_path / "reference")
     gpu = {"cpu": "Some CPU", "gpus": [{"name": "NVIDIA H100 80GB HBM3"}]}
@@ -193,7 +194,7 @@ def test_save_reference_twice_into_one_folder_accumulates(tmp_path, monkeypatch)
             rec.measure("x", float(call), "s")
             rec.data["hardware"] = gpu
             rec.save()
-        targets.append(suite.save_reference(res))
+        targets.append(runner.save_reference(res))
     assert targets[0] == targets[1]
     assert sorted(p.name for p in targets[0].iterdir()) == ["00_a.json", "01_b.json", "05_c.json"]
 
@@ -204,7 +205,7 @@ def _repo_with_tiny_notebooks(tmp_path: Path) -> Path:
                     ignore=shutil.ignore_patterns("__pycache__"))
     (repo / "notebooks").mkdir()
     _tiny_wheel(repo / ".whl")
-    record = ("from helpers.results import Recorder\n"
+    record = ("from helpers.suite.results import Recorder\n"
               "rec = Recorder({name!r}, profile='full')\nrec.measure('x', 1.5, 's')\n")
     for name, extra in (("96_second", ""), ("97_ok", ""), ("98_bad", "raise ValueError('boom')")):
         nb = nbformat.v4.new_notebook()

@@ -24,7 +24,8 @@ import nbformat
 import pytest
 from packaging.requirements import Requirement
 
-from helpers import paths, setup_cell
+from helpers import paths
+from helpers.suite import setup_cell
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -37,7 +38,7 @@ def test_every_notebook_starts_with_the_setup_cell_and_has_badges():
         nb = nbformat.read(nb_path, as_version=4)
         first = nb.cells[0]
         assert first.cell_type == "code" and first.source == code, \
-            f"{nb_path.name}: first cell is not the setup cell (run `python -m helpers.setup_cell`)"
+            f"{nb_path.name}: first cell is not the setup cell (run `python -m helpers.suite.setup_cell`)"
         header = next(c for c in nb.cells if c.cell_type == "markdown")
         assert setup_cell.badges(nb_path.name) in header.source, f"{nb_path.name}: no Colab/Kaggle badges"
 

@@ -4,7 +4,8 @@ import json
 import os
 import re
 
-from helpers import lab, paths
+from helpers import paths
+from helpers.suite import lab
 
 
 def test_lab_command_is_loopback_without_news_and_allows_root_only_as_root(tmp_path):
@@ -27,4 +28,4 @@ def test_makefile_sets_no_matplotlib_backend_for_jupyter():
     text = (paths.ROOT / "Makefile").read_text()
     assert not re.search(r"^export\s+MPLBACKEND", text, re.M), "a Jupyter started by make would draw no plots"
     recipe = re.search(r"^lab:.*\n((?:\t.*\n)+)", text, re.M).group(1)
-    assert "helpers.lab" in recipe and "MPLBACKEND" not in recipe
+    assert "helpers.suite.lab" in recipe and "MPLBACKEND" not in recipe

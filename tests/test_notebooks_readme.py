@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from helpers import catalog
+from helpers.suite import catalog
 
 ENTRIES = catalog.load()
 README = catalog.README.read_text()
@@ -13,13 +13,13 @@ README = catalog.README.read_text()
 @pytest.mark.parametrize("entry", ENTRIES, ids=[e["file"] for e in ENTRIES])
 def test_every_catalog_notebook_is_in_the_guide(entry):
     assert f"[`{entry['file']}`]({entry['file']})" in README, (
-        f"{entry['file']} is missing from notebooks/README.md: run `python -m helpers.catalog`")
+        f"{entry['file']} is missing from notebooks/README.md: run `python -m helpers.suite.catalog`")
 
 
 def test_runtime_table_is_up_to_date():
     assert catalog.render_readme(README, ENTRIES) == README, (
         "the run-time table in notebooks/README.md differs from catalog.toml: "
-        "run `python -m helpers.catalog`")
+        "run `python -m helpers.suite.catalog`")
 
 
 def test_table_rows_are_the_catalog_in_order():

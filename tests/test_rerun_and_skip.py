@@ -28,10 +28,10 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-from helpers import suite
+from helpers.suite import runner
 from tests import notebook_sections as ns
 
-NOTEBOOKS = suite.notebook_paths()
+NOTEBOOKS = runner.notebook_paths()
 IDS = [p.stem[:2] for p in NOTEBOOKS]
 PROBE = ("print(__import__('json').dumps({'threads': __import__('torch').get_num_threads(), "
          "'settings': {k: v for k, v in globals().items() if k.isupper() and not k.startswith('_') "
@@ -41,12 +41,12 @@ PROBE = ("print(__import__('json').dumps({'threads': __import__('torch').get_num
 @pytest.fixture(autouse=True)
 def _smoke(monkeypatch):
     monkeypatch.setenv("FTG_PROFILE", "smoke")  # the kernels inherit it
-    monkeypatch.setenv("PYTHONPATH", str(suite.NOTEBOOKS.parent))
+    monkeypatch.setenv("PYTHONPATH", str(runner.NOTEBOOKS.parent))
 
 
 def _client(nb: nbformat.NotebookNode) -> NotebookClient:
     return NotebookClient(nb, timeout=900, kernel_name="python3",
-                          resources={"metadata": {"path": str(suite.NOTEBOOKS)}})
+                          resources={"metadata": {"path": str(runner.NOTEBOOKS)}})
 
 
 def _run(client: NotebookClient, nb, i: int, what: str) -> None:

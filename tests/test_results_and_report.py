@@ -3,9 +3,9 @@ import json
 import matplotlib.pyplot as plt
 import pytest
 
-from helpers import report
-from helpers.claims import CLAIMS
-from helpers.results import Recorder, load_all
+from helpers.suite import report
+from helpers.suite.claims import CLAIMS
+from helpers.suite.results import Recorder, load_all
 
 
 def test_recorder_writes_measurements_and_verdicts(tmp_path, capsys):

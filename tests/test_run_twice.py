@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from helpers import suite
+from helpers.suite import runner
 
-NOTEBOOKS = sorted(p.name for p in suite.notebook_paths())
+NOTEBOOKS = sorted(p.name for p in runner.notebook_paths())
 ALL = os.environ.get("FTG_RUN_TWICE", "") not in ("", "0")
 
 
@@ -40,13 +40,13 @@ def test_second_run_gives_the_same_results(name, tmp_path, monkeypatch):
         pytest.skip("every notebook twice only with FTG_RUN_TWICE=1 (make test-twice)")
     monkeypatch.setenv("FTG_PROFILE", "smoke")
     monkeypatch.setenv("FTG_DATA_DIR", str(tmp_path / "data"))  # shared by both runs
-    monkeypatch.setenv("PYTHONPATH", str(suite.NOTEBOOKS.parent))
+    monkeypatch.setenv("PYTHONPATH", str(runner.NOTEBOOKS.parent))
     signatures = []
     for run in (1, 2):
         build = tmp_path / f"build{run}"
         monkeypatch.setenv("FTG_BUILD_DIR", str(build))
         (build / "out").mkdir(parents=True)
-        res = suite.execute(suite.NOTEBOOKS / name, build / "out", timeout=600)
+        res = runner.execute(runner.NOTEBOOKS / name, build / "out", timeout=600)
         assert res["status"] == "ok", f"run {run} of {name} failed: {res['error']}"
         signatures.append(_signature(build / "results" / name.replace(".ipynb", ".json")))
     assert signatures[0] == signatures[1]

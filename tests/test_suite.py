@@ -1,7 +1,7 @@
 import nbformat
 import pytest
 
-from helpers import suite
+from helpers.suite import runner
 
 
 def test_execute_writes_an_executed_copy_and_leaves_the_source(tmp_path):
@@ -12,7 +12,7 @@ def test_execute_writes_an_executed_copy_and_leaves_the_source(tmp_path):
     before = src.read_text()
     out = tmp_path / "out"
     out.mkdir()
-    res = suite.execute(src, out, timeout=120)
+    res = runner.execute(src, out, timeout=120)
     assert res["status"] == "ok"
     executed = nbformat.read(out / "99_tiny.ipynb", as_version=4)
     assert executed.cells[0].outputs[0]["text"].strip() == "42"
@@ -24,12 +24,13 @@ def test_failing_notebook_is_reported(tmp_path):
     nb.cells = [nbformat.v4.new_code_cell("raise ValueError('boom')")]
     src = tmp_path / "98_bad.ipynb"
     nbformat.write(nb, src)
-    res = suite.execute(src, tmp_path, timeout=120)
+    res = runner.execute(src, tmp_path, timeout=120)
     assert res["status"] == "failed" and "boom" in res["error"]
 
 
 def test_save_reference_copies_results_into_a_device_named_folder(tmp_path, monkeypatch):
-    from helpers import paths, results
+    from helpers import paths
+    from helpers.suite import results
 
     monkeypatch.setattr(paths, "reference_results_dir", lambda: tmp_path / "reference")
     res = tmp_path / "results"
@@ -37,13 +38,13 @@ def test_save_reference_copies_results_into_a_device_named_folder(tmp_path, monk
     rec.measure("samples/s", 5.0, "samples/s")
     rec.data["hardware"] = {"cpu": "Some CPU", "gpus": [{"name": "NVIDIA H100 80GB HBM3", "memory_gib": 79.1}]}
     rec.save()
-    target = suite.save_reference(res)
+    target = runner.save_reference(res)
     assert target.parent == tmp_path / "reference"
     assert target.name.endswith("_NVIDIA-H100-80GB-HBM3") and target.name[:4].isdigit()
     saved = results.load_all(target)
     assert [r["notebook"] for r in saved] == ["01_test"] and saved[0]["measurements"][0]["value"] == 5.0
     # the report picks the folder up as a reference run
-    from helpers import report
+    from helpers.suite import report
 
     rep = report.build(results.load_all(res))
     assert [name for name, _ in rep["references"]] == [target.name]
@@ -51,7 +52,7 @@ def test_save_reference_copies_results_into_a_device_named_folder(tmp_path, monk
 
 def test_save_reference_refuses_an_empty_run(tmp_path):
     with pytest.raises(FileNotFoundError, match="no result files"):
-        suite.save_reference(tmp_path)
+        runner.save_reference(tmp_path)
 
 
 def test_reference_run_dir_rejects_a_blank_device_name():
@@ -69,10 +70,10 @@ def test_executed_copies_carry_the_plots_even_from_a_shell_with_agg(tmp_path, mo
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell("import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()")]
     nbformat.write(nb, nbs / "99_plot.ipynb")
-    monkeypatch.setattr(suite, "NOTEBOOKS", nbs)
+    monkeypatch.setattr(runner, "NOTEBOOKS", nbs)
     monkeypatch.setenv("MPLBACKEND", "Agg")  # restored after the test, whatever main() sets
     monkeypatch.setenv("FTG_PROFILE", "smoke")
-    assert suite.main(["--profile", "smoke", "--notebooks", "99_*"]) == 0
+    assert runner.main(["--profile", "smoke", "--notebooks", "99_*"]) == 0
     (copy,) = (tmp_path / "build").rglob("99_plot.ipynb")
     outputs = nbformat.read(copy, as_version=4).cells[0].outputs
     assert any("image/png" in o.get("data", {}) for o in outputs), [o.output_type for o in outputs]
@@ -92,7 +93,7 @@ import psutil  # noqa: E402
 
 from helpers import paths  # noqa: E402
 
-RECORD = ("from helpers import results\n"
+RECORD = ("from helpers.suite import results\n"
           "rec = results.Recorder('{0}', profile='smoke')\n"
           "rec.measure('answer', 42.0, 'units')")
 
@@ -160,7 +161,7 @@ def test_every_kind_of_failure_is_recorded_and_the_others_still_run(tmp_path):
 
 def test_a_cell_timeout_is_recorded_with_the_partly_executed_copy(tmp_path):
     src = _notebooks(tmp_path / "nbs", **{"01_slow": ["print('started')", "import time; time.sleep(600)"]})
-    res = suite.execute(src / "01_slow.ipynb", tmp_path / "out", timeout=3)
+    res = runner.execute(src / "01_slow.ipynb", tmp_path / "out", timeout=3)
     assert res["status"] == "failed" and "cell timed out after 3 s" in res["error"]
     copy = nbformat.read(tmp_path / "out" / "01_slow.ipynb", as_version=4)
     assert copy.cells[1].outputs[0]["text"].strip() == "started"

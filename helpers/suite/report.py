@@ -21,7 +21,8 @@ from typing import Any
 
 import pandas as pd
 
-from . import catalog, paths
+from .. import paths
+from . import catalog
 from .claims import CLAIMS, RULES, VERDICT_KINDS, kind_of
 from .results import load_all
 

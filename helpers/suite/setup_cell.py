@@ -8,7 +8,7 @@ hosted notebook's torch is built for its GPU and replacing it breaks the runtime
 are fetched by the notebook's own cells (torchvision download, or the synthetic stand-in offline).
 `FTG_SOURCE=<path or pip URL>` installs from there instead (a test points it at a local clone).
 
-    python -m helpers.setup_cell     # write the cell into every notebook (tests check it is there)
+    python -m helpers.suite.setup_cell     # write the cell into every notebook (tests check it is there)
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import nbformat
 
-from . import paths
+from .. import paths
 
 MARKER = "# Setup for Colab, Kaggle"
 

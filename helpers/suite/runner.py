@@ -32,8 +32,9 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 from tqdm.auto import tqdm
 
-from . import paths, processes, profiles, report
-from .checks import check_int
+from .. import paths, processes, profiles
+from ..checks import check_int
+from . import report
 
 NOTEBOOKS = paths.ROOT / "notebooks"
 KEEP_RUNS = 20  # older finished run folders are pruned

@@ -1,9 +1,9 @@
 """Start JupyterLab on the notebooks the way `make lab` does; the browser test starts it the same way.
 
-    python -m helpers.lab notebooks          # what `make lab` runs
+    python -m helpers.suite.lab notebooks          # what `make lab` runs
 
 Loopback only, token auth (JupyterLab's own, printed in the URL), no "news" or update pop-up
-(the settings in `helpers/jupyter_config/`, added to the Jupyter config path), and `--allow-root`
+(the settings in `helpers/suite/jupyter_config/`, added to the Jupyter config path), and `--allow-root`
 only when running as root, as learners in containers often do. The environment is passed on
 as it is: nothing here sets a matplotlib backend, so kernels draw inline.
 """

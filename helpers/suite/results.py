@@ -20,10 +20,10 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from . import paths
+from .. import paths
+from ..devices import hardware_summary
+from ..profiles import PROFILES, Profile
 from .claims import CLAIMS, RULES, VERDICT_KINDS, judge
-from .devices import hardware_summary
-from .profiles import PROFILES, Profile
 
 
 class Recorder:
@@ -91,7 +91,7 @@ class Recorder:
         return value
 
     def judge(self, claim: str, *, figure: str, detail: str = "", **measured: Any) -> str:
-        """Compute the verdict on `claim` with its rule (`helpers.claims`) from the measured
+        """Compute the verdict on `claim` with its rule (`helpers.suite.claims`) from the measured
         quantities the rule names, record it with the figure behind it, and return it."""
         verdict = judge(claim, **measured)
         self.verdict(claim, verdict, figure=figure, detail=detail, measured=measured)
