@@ -148,8 +148,7 @@ def launch(module: str = "helpers.ddp_train", args: list[Any] | tuple[Any, ...] 
     logs = out / "torchrun"  # torchrun's per-worker logs and error files
     worker_args = [*map(str, args), "--backend", backend, "--threads", str(threads),
                    "--out", str(out), "--init-timeout", str(init_timeout)]
-    ours = ["--rdzv-conf=is_host=0", f"--local-addr={host}", "--tee=3", f"--log-dir={logs}",
-            "--log-line-prefix-template=[rank ${rank}] "]
+    ours = ["--rdzv-conf=is_host=0", f"--local-addr={host}", "--tee=3", f"--log-dir={logs}"]
     cmds = [torchrun_command(module, worker_args, nnodes=len(per_node), nproc_per_node=n,
                              endpoint=f"{host}:{port}", rdzv_id=f"ftg{port}",
                              python=sys.executable, runner="helpers.launch", options=ours)
@@ -158,6 +157,9 @@ def launch(module: str = "helpers.ddp_train", args: list[Any] | tuple[Any, ...] 
     envs, first_gpu = [], 0
     for n in per_node:
         env = _env(threads, host)
+        # the ranks' output prefix; the environment, not --log-line-prefix-template: that flag
+        # is newer than the oldest torch this suite supports
+        env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = "[rank ${rank}] "
         if backend == "nccl" and len(per_node) > 1:  # "nodes" on one machine: a GPU each
             env["CUDA_VISIBLE_DEVICES"] = ",".join(
                 gpus[g] if gpus[0] else str(g) for g in range(first_gpu, first_gpu + n))
