@@ -12,11 +12,11 @@ def test_recorder_writes_measurements_and_verdicts(tmp_path, capsys):
     rec = Recorder("01_test", profile="smoke", directory=tmp_path)
     rec.data_source("fashion-mnist", synthetic=True)
     rec.measure("uint8 batch", 3.1, "MB", ratio=4.0, note="float32 / uint8")
-    rec.measure("uint8 batch", 3.2, "MB")  # re-measuring replaces, not duplicates
+    assert rec.measure("uint8 batch", 3.2, "MB") is None  # replaces, not duplicates; no Out[] echo
     assert rec.judge("L3", figure="4.0x less memory", mem_ratio=4.0, copy_gain=3.0) == "holds"
     fig, ax = plt.subplots()
     ax.plot([1, 2])
-    rec.figure(fig, "curve")
+    assert rec.figure(fig, "curve") is None  # a cell ending with it prints no file path
     saved = json.loads((tmp_path / "01_test.json").read_text())
     assert [m["value"] for m in saved["measurements"]] == [3.2]
     assert saved["verdicts"][0]["synthetic_data"] is True

@@ -58,8 +58,9 @@ class Recorder:
         self.save()
 
     def measure(self, name: str, value: float, unit: str, *, ratio: float | None = None,
-                note: str = "", quiet: bool = False, **extra: Any) -> float:
-        """Record one figure (and optionally its ratio to a baseline); returns `value`."""
+                note: str = "", quiet: bool = False, **extra: Any) -> None:
+        """Record one figure (and optionally its ratio to a baseline). Returns nothing, so a cell
+        ending with it shows the printed line only, not the number a second time as `Out[]`."""
         if not isinstance(name, str) or not name:
             raise ValueError("measure: name must be a non-empty string")
         if not isinstance(unit, str):
@@ -88,7 +89,6 @@ class Recorder:
         if not quiet:
             r = f"  ({ratio:.2f}x {note})" if ratio is not None else (f"  ({note})" if note else "")
             print(f"[measured] {name}: {value:.4g} {unit}{r}")
-        return value
 
     def judge(self, claim: str, *, figure: str, detail: str = "", **measured: Any) -> str:
         """Compute the verdict on `claim` with its rule (`helpers.suite.claims`) from the measured
@@ -123,8 +123,9 @@ class Recorder:
         tag = " [synthetic data]" if synthetic else ""
         print(f"[verdict] {claim} - {verdict}: {figure}{tag}")
 
-    def figure(self, fig: Any, name: str) -> Path:
-        """Save a matplotlib figure next to the results, for the HTML report."""
+    def figure(self, fig: Any, name: str) -> None:
+        """Save a matplotlib figure next to the results, for the HTML report. Returns nothing, so
+        a cell ending with it shows the figure and no `Out[]` line with a file path."""
         if not callable(getattr(fig, "savefig", None)):
             raise TypeError(f"figure: fig must be a matplotlib Figure, got {type(fig).__name__}")
         if not isinstance(name, str) or not re.fullmatch(r"[\w.-]+", name):
@@ -137,7 +138,6 @@ class Recorder:
         if rel not in self.data["figures"]:
             self.data["figures"].append(rel)
         self.save()
-        return path
 
     def save(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
