@@ -21,3 +21,4 @@ def data_root(tmp_path, monkeypatch):
     root = tmp_path / "data"
     monkeypatch.setenv("FTG_DATA_DIR", str(root))
     return root
+

@@ -59,6 +59,7 @@ from helpers import (
     worker_memory,
 )
 from helpers.suite import catalog, report, results, runner
+from tests.interrupt import interruptible
 
 
 @dataclass
@@ -609,7 +610,8 @@ def test_ctrl_c_ends_a_training_run_and_its_workers(target, data_root):
     synthetic.write_fashion_mnist(data_root / "synthetic", n_train=256, n_test=32)
     env = {**os.environ, "PYTHONPATH": str(paths.ROOT)}
     proc = subprocess.Popen([sys.executable, "-c", CTRL_C_SCRIPT], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
+                            preexec_fn=interruptible)
     try:
         line = proc.stdout.readline()
         workers = {int(p) for p in line.split()}

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from helpers import ddp_train, launch
+from tests.interrupt import interruptible
 
 SMALL = ["--in-features", "32", "--hidden", "64", "--depth", "2", "--batch", "8"]
 
@@ -228,7 +229,8 @@ def test_ranks_end_within_seconds_when_their_launcher_dies(how, tmp_path):
     out.mkdir()
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
-    p = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(out)], env=env, cwd=root)
+    p = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(out)], env=env, cwd=root,
+                         preexec_fn=interruptible)
     try:
         ranks = _wait_ready(out, 2)
         procs = psutil.Process(p.pid).children(recursive=True)  # the agent and its ranks
