@@ -35,8 +35,8 @@ def check_number(name: str, value: Any, *, where: str = "", low: float = 0.0,
     ok = (isinstance(value, int | float) and not isinstance(value, bool)
           and math.isfinite(value) and (value >= low if inclusive else value > low))
     if not ok:
-        bound = f">= {low:g}" if inclusive else ("positive" if low == 0 else f"> {low:g}")
-        what = f"a finite number {bound}" if bound[0] in "<>" else f"a {bound} finite number"
+        what = ("a positive finite number" if low == 0 and not inclusive
+                else f"a finite number {'>=' if inclusive else '>'} {low:g}")
         raise _fail(where, name, what + (" or None" if allow_none else ""), value)
     return float(value)
 

@@ -70,18 +70,14 @@ def classify(wait_fraction: float, busy_fraction: float | None, device_type: str
     """(kind, message) from the two fractions; a plain function so tests can check every branch.
     `busy_fraction` is None on an accelerator whose kernel time is not measured (MPS, XPU)."""
     check_choice("device_type", device_type, ("cpu", "cuda", "mps", "xpu"), where="classify")
-    if device_type not in ("cpu", *KERNEL_TIMED) and busy_fraction is None:
-        busy_fraction = 0.0  # unused below: only the data-wait rule can decide here
-        measured = False
-    else:
-        measured = True
-    for name, v in (("wait_fraction", wait_fraction), ("busy_fraction", busy_fraction)):
+    unmeasured = busy_fraction is None and device_type not in ("cpu", *KERNEL_TIMED)
+    for name, v in (("wait_fraction", wait_fraction), ("busy_fraction", 0.0 if unmeasured else busy_fraction)):
         if not isinstance(v, int | float) or not 0.0 <= v <= 1.0 + 1e-6:
             raise ValueError(f"classify: {name} must be in [0, 1], got {v!r}")
     kind, sentence = wait_verdict(wait_fraction)
     if kind == "input-bound":
         return kind, sentence
-    if not measured:
+    if unmeasured:  # only the data-wait rule can decide here, and it said "not input-bound"
         return "not-input-bound", (
             f"data waits are only {100 * wait_fraction:.0f} %: the loop is not input-bound. "
             f"torch.profiler does not time {device_type.upper()} kernels, so whether the device or "
@@ -89,9 +85,6 @@ def classify(wait_fraction: float, busy_fraction: float | None, device_type: str
             "batch (device-bound steps take about twice as long, launch-bound ones do not)"
             + (", or trace it with torch.mps.profiler in Xcode Instruments." if device_type == "mps" else "."))
     wait, busy = 100 * wait_fraction, 100 * min(busy_fraction, 1.0)
-    kind, sentence = wait_verdict(wait_fraction)
-    if kind == "input-bound":
-        return kind, sentence
     if device_type == "cuda":
         if busy_fraction >= busy_threshold:
             return "gpu-bound", (
