@@ -25,7 +25,7 @@ timing
   profiles        the smoke and full sizes of every notebook
   diagnose        a few steps under torch.profiler, and what bounds the loop
 plotting
-  plotting        a live training plot, bars labelled with ratios, a waterfall
+  plotting        a live training plot, bars labelled with ratios, a waterfall, one_at_a_time
 devices
   devices         whichever accelerator there is (CUDA, MPS, XPU, else the CPU): sync, memory
 distributed

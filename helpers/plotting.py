@@ -1,9 +1,13 @@
-"""Plots the notebooks share: a live training plot, a ratio-labelled bar chart, a waterfall."""
+"""Plots the notebooks share: a live training plot, a ratio-labelled bar chart, a waterfall; and
+`one_at_a_time`, which keeps an explore section's callback from running beside a cell."""
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import matplotlib
 
@@ -11,6 +15,8 @@ matplotlib.rcParams.setdefault("figure.dpi", 90)
 import matplotlib.pyplot as plt  # noqa: E402
 
 from .checks import check_int  # noqa: E402
+
+_Fn = TypeVar("_Fn", bound=Callable[..., Any])
 
 
 def _in_notebook() -> bool:
@@ -21,6 +27,65 @@ def _in_notebook() -> bool:
         return ip is not None and hasattr(ip, "kernel")
     except ImportError:
         return False
+
+
+# Held by a thread of the kernel while it runs a cell or handles a widget message (the `comm`
+# package fires pre_execute/post_execute around each one). Re-entrant: interact() calls the
+# callback once inside the cell that creates the controls.
+_ONE_AT_A_TIME = threading.RLock()
+_held_by_hooks = threading.local()   # how many times this thread's hooks hold the lock
+_hooked = False
+
+
+def _cell_starts(*_: object) -> None:
+    # Cells and widget messages do not nest, so a hold left from before is one whose
+    # post_execute never came (a widget handler raised): give it back, or the kernel would hang.
+    for _ in range(getattr(_held_by_hooks, "depth", 0)):
+        _ONE_AT_A_TIME.release()
+    _held_by_hooks.depth = 0
+    _ONE_AT_A_TIME.acquire()
+    _held_by_hooks.depth = 1
+
+
+def _cell_ends(*_: object) -> None:
+    # registered after matplotlib's inline flush, so figures are drawn and closed before release
+    if getattr(_held_by_hooks, "depth", 0):
+        _held_by_hooks.depth -= 1
+        _ONE_AT_A_TIME.release()
+
+
+def _hook_cells() -> None:
+    """Make each cell and each widget message the kernel handles hold the lock, one at a time."""
+    global _hooked
+    if _hooked or not _in_notebook():
+        return
+    from IPython import get_ipython
+
+    ip = get_ipython()
+    ip.events.register("pre_execute", _cell_starts)
+    ip.events.register("post_execute", _cell_ends)
+    _hooked = True
+    _cell_starts()  # the cell running now; its post_execute gives the lock back
+
+
+def one_at_a_time(fn: _Fn) -> _Fn:
+    """Run `fn`, an ipywidgets callback, only while no cell and no other callback runs.
+
+    Why: JupyterLab 4.6 with ipykernel 7 sends widget messages over a kernel *subshell*, so from
+    the second change of a control on, its callback runs in a thread of its own, at the same time
+    as the cell the kernel is running. Two measurements would share the cores (both numbers
+    wrong), `torch.set_num_threads` would change under the cell, and the two threads would draw,
+    show and close each other's pyplot figures. ipywidgets has no switch for this, so from the
+    first call on, every cell and every widget message holds one lock while it runs.
+    """
+    _hook_cells()
+
+    @functools.wraps(fn)   # keeps the signature: interact() reads the defaults from it
+    def waits_its_turn(*args: Any, **kwargs: Any) -> Any:
+        with _ONE_AT_A_TIME:   # also when called from a thread of one's own
+            return fn(*args, **kwargs)
+
+    return waits_its_turn  # type: ignore[return-value]
 
 
 class LivePlot:

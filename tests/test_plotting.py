@@ -51,3 +51,54 @@ def test_waterfall_restarts_from_the_last_kept_step():
     with pytest.raises(ValueError, match="one flag per step"):
         waterfall([("a", 1.0)], kept=[True, False])
     plt.close("all")
+
+
+def test_one_at_a_time_waits_for_the_holder_and_keeps_the_signature():
+    import inspect
+    import threading
+
+    from helpers import plotting
+
+    def explore(n=3, name="x"):
+        return n
+
+    wrapped = plotting.one_at_a_time(explore)
+    assert inspect.signature(wrapped) == inspect.signature(explore) and wrapped(n=5) == 5
+
+    ran = threading.Event()
+    cell_holds, cell_may_end = threading.Event(), threading.Event()
+
+    def a_cell():   # what the kernel's pre/post_execute hooks do around a cell
+        plotting._cell_starts()
+        cell_holds.set()
+        cell_may_end.wait(30)
+        plotting._cell_ends()
+
+    cell = threading.Thread(target=a_cell)
+    cell.start()
+    assert cell_holds.wait(30)
+    caller = threading.Thread(target=lambda: (wrapped(), ran.set()))
+    caller.start()
+    assert not ran.wait(0.5), "the callback ran while a cell held the lock"
+    cell_may_end.set()
+    assert ran.wait(30), "the callback did not run after the cell ended"
+    cell.join(30)
+    caller.join(30)
+
+
+def test_a_hold_whose_end_never_came_is_given_back():
+    """A widget handler that raises skips post_execute; the thread's next start gives the hold back."""
+    import threading
+
+    from helpers import plotting
+
+    def handler_that_raised_then_a_good_one():
+        plotting._cell_starts()          # no _cell_ends: the handler raised
+        plotting._cell_starts()          # the next message on the same thread
+        plotting._cell_ends()
+
+    t = threading.Thread(target=handler_that_raised_then_a_good_one)
+    t.start()
+    t.join(30)
+    assert plotting._ONE_AT_A_TIME.acquire(timeout=5), "the lock stayed held after the thread was done"
+    plotting._ONE_AT_A_TIME.release()
