@@ -1,13 +1,19 @@
-"""An explore callback never runs beside a cell, in a kernel driven the way JupyterLab drives it.
+"""An explore callback never runs beside a cell or beside another widget message, in a kernel
+driven the way JupyterLab drives it.
 
 JupyterLab 4.6 sends widget messages over a kernel subshell ("comms over subshells", on by
-default), and ipykernel 7 routes a comm's messages to the subshell that last received from it:
-from the second change of a control on, its callback runs in the subshell's thread, at the same
-time as the cell the kernel is running. The test does what the browser does: it changes a control
-once while the kernel is idle, starts a long cell, and changes the control again while that cell
-runs. A plain callback then runs in the middle of the cell (checked too, so the test knows the
-situation arose); once `plotting.one_at_a_time` has wrapped it, it waits for the cell, and its
-plot lands in its own output, not in the cell's.
+default), and ipykernel 7 routes a comm's messages to the subshell that last received from it. So
+once a comm has sent anything during a callback, its next messages are handled in the subshell's
+thread, at the same time as whatever the main thread runs, each with the end-of-cell figure flush
+of the `comm` package's post_execute. Two situations follow, both tested as the browser makes them:
+
+- *a plot vanishes*: while a callback draws, JupyterLab sends back the Output widget's new
+  outputs; handled in the subshell, that message's figure flush shows and closes the callback's
+  half-drawn figure (or draws it while the callback does: "RendererAgg has no close_group");
+- *a control moved while a cell runs*: its callback runs in the middle of the cell.
+
+Each is run once plainly, to check that the situation arises, and once after
+`plotting.one_at_a_time` has wrapped the callback, which must remove it.
 """
 
 from __future__ import annotations
@@ -37,18 +43,23 @@ def explore(x=1):
     log.append(["start", x, threading.current_thread().name, time.monotonic()])
     fig, ax = plt.subplots(figsize=(2, 2))
     ax.plot([0, x])
+    if x == 2:   # a slow plot: the test sends the Output widget's echo while it is open
+        print("figure open", flush=True)
+        time.sleep({draw_s})
     plt.show()
     log.append(["end", x, threading.current_thread().name, time.monotonic()])
 
 callback = one_at_a_time(explore) if {wrapped} else explore
 dropdown = widgets.Dropdown(options=[1, 2, 3], value=1)
 widgets.interact(callback, x=dropdown)
+output = callback.widget.out
 """
 # The long cell: it waits for the callback to start (a plain callback does, in the subshell) or,
 # wrapped, for a few seconds in which the callback must not start.
 LONG_CELL = """
 cell_span = [time.monotonic()]
 callback_started.clear()
+print("cell running", flush=True)
 callback_started.wait({wait_s})
 cell_span.append(time.monotonic())
 """
@@ -81,15 +92,19 @@ class Kernel:
         self.kc.control_channel.send(self.kc.session.msg("create_subshell_request", {}))
         return self.kc.control_channel.get_msg(timeout=30)["content"]["subshell_id"]
 
-    def change(self, comm_id: str, index: int, subshell_id: str) -> str:
-        """Send the update a Dropdown sends when the learner picks another option."""
+    def change(self, comm_id: str, state: dict, subshell_id: str) -> str:
+        """Send a widget state update over the subshell, as JupyterLab does."""
         msg = self.kc.session.msg("comm_msg", {"comm_id": comm_id, "data": {
-            "method": "update", "state": {"index": index}, "buffer_paths": []}})
+            "method": "update", "state": state, "buffer_paths": []}})
         msg["header"]["subshell_id"] = subshell_id
         self.kc.shell_channel.send(msg)
         return msg["header"]["msg_id"]
 
     def wait_iopub(self, predicate, timeout: float) -> dict:
+        """The first iopub message, already received or to come, for which `predicate` holds."""
+        for msg in self.iopub:
+            if predicate(msg):
+                return msg
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
@@ -107,56 +122,95 @@ class Kernel:
         self.km.shutdown_kernel(now=True)
 
 
+def _from(parent_id: str, msg_type: str):
+    return lambda m: m["parent_header"].get("msg_id") == parent_id and m["msg_type"] == msg_type
+
+
 def _image_for(parent_id: str):
-    return lambda m: (m["parent_header"].get("msg_id") == parent_id
-                      and m["msg_type"] == "display_data" and "image/png" in m["content"]["data"])
+    return lambda m: _from(parent_id, "display_data")(m) and "image/png" in m["content"]["data"]
 
 
-def _run(wrapped: bool) -> dict:
+def _idle(parent_id: str):
+    return lambda m: _from(parent_id, "status")(m) and m["content"]["execution_state"] == "idle"
+
+
+def _start(wrapped: bool, draw_s: float = 0) -> tuple[Kernel, str, str, str]:
     k = Kernel()
+    k.execute(SETUP.format(wrapped=wrapped, draw_s=draw_s))
+    return k, k.value("dropdown.comm.comm_id"), k.value("output.comm.comm_id"), k.new_subshell()
+
+
+def _plot_while_the_output_echoes(wrapped: bool) -> dict:
+    k, dropdown, output, subshell = _start(wrapped, draw_s=3)
     try:
-        k.execute(SETUP.format(wrapped=wrapped))
-        comm_id = k.value("dropdown.comm.comm_id")
-        subshell = k.new_subshell()
-        # First change, kernel idle: handled on the main thread; its echo routes the comm's
-        # next messages to the subshell, as in JupyterLab.
-        first = k.change(comm_id, 1, subshell)
-        k.wait_iopub(_image_for(first), timeout=60)
-        k.wait_iopub(lambda m: m["parent_header"].get("msg_id") == first
-                     and m["msg_type"] == "status" and m["content"]["execution_state"] == "idle", 60)
-        # Second change while a long cell runs.
-        long_id = k.kc.execute(LONG_CELL.format(wait_s=3 if wrapped else 30))
-        k.wait_iopub(lambda m: m["parent_header"].get("msg_id") == long_id
-                     and m["msg_type"] == "execute_input", timeout=60)
-        second = k.change(comm_id, 2, subshell)
-        k.wait_iopub(_image_for(second), timeout=90)
-        while True:   # the long cell's reply
-            reply = k.kc.get_shell_msg(timeout=90)
-            if reply["parent_header"].get("msg_id") == long_id:
-                break
-        log, span = k.value("log"), k.value("cell_span")
-        cell_images = [m for m in k.iopub if _image_for(long_id)(m)]
-        return {"log": log, "span": span, "cell_images": cell_images}
+        change = k.change(dropdown, {"index": 1}, subshell)   # first change: the main thread
+        k.wait_iopub(lambda m: _from(change, "stream")(m) and "figure open" in m["content"]["text"], 60)
+        echo = k.change(output, {"outputs": []}, subshell)
+        k.wait_iopub(_idle(change), 60)
+        k.wait_iopub(_idle(echo), 60)
+        return {"shown": [m for m in k.iopub if _image_for(change)(m)],
+                "taken": [m for m in k.iopub if _image_for(echo)(m)], "log": k.value("log")}
     finally:
         k.close()
 
 
+def _control_moved_during_a_cell(wrapped: bool) -> dict:
+    k, dropdown, _, subshell = _start(wrapped)
+    try:
+        # First change, kernel idle: handled on the main thread; its echo routes the comm's
+        # next messages to the subshell, as in JupyterLab.
+        first = k.change(dropdown, {"index": 2}, subshell)
+        k.wait_iopub(_idle(first), 60)
+        # Second change while a long cell runs.
+        long_id = k.kc.execute(LONG_CELL.format(wait_s=3 if wrapped else 30))
+        k.wait_iopub(lambda m: _from(long_id, "stream")(m) and "cell running" in m["content"]["text"], 60)
+        second = k.change(dropdown, {"index": 0}, subshell)
+        k.wait_iopub(_image_for(second), 90)
+        while True:   # the long cell's reply
+            reply = k.kc.get_shell_msg(timeout=90)
+            if reply["parent_header"].get("msg_id") == long_id:
+                break
+        return {"log": k.value("log"), "span": k.value("cell_span"),
+                "cell_images": [m for m in k.iopub if _image_for(long_id)(m)]}
+    finally:
+        k.close()
+
+
+POSIX = pytest.mark.skipif(sys.platform == "win32", reason="kernel subshells: POSIX runs only here")
+
+
 @pytest.mark.timeout(300)
-@pytest.mark.skipif(sys.platform == "win32", reason="kernel subshells: POSIX runs only here")
+@POSIX
+def test_a_plain_callback_loses_its_plot_to_the_output_echo_so_the_situation_is_real():
+    out = _plot_while_the_output_echoes(wrapped=False)
+    assert out["taken"] and not out["shown"], \
+        "the echo's figure flush no longer takes the callback's figure: " + json.dumps(out["log"])
+
+
+@pytest.mark.timeout(300)
+@POSIX
+def test_one_at_a_time_keeps_the_plot_in_the_callbacks_output():
+    out = _plot_while_the_output_echoes(wrapped=True)
+    assert len(out["shown"]) == 1 and not out["taken"], json.dumps(out["log"])
+
+
+@pytest.mark.timeout(300)
+@POSIX
 def test_a_plain_callback_runs_beside_the_cell_so_the_situation_is_real():
-    out = _run(wrapped=False)
-    start = next(e for e in out["log"] if e[0] == "start" and e[1] == 3)
+    out = _control_moved_during_a_cell(wrapped=False)
+    start = out["log"][-2]
+    assert start[:2] == ["start", 1], out["log"]
     assert start[2].startswith("subshell"), \
         f"the second change ran on {start[2]!r}: the kernel no longer runs callbacks in a subshell"
     assert out["span"][0] <= start[3] <= out["span"][1], json.dumps(out, default=str)
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.skipif(sys.platform == "win32", reason="kernel subshells: POSIX runs only here")
+@POSIX
 def test_one_at_a_time_waits_for_the_running_cell():
-    out = _run(wrapped=True)
-    start = next(e for e in out["log"] if e[0] == "start" and e[1] == 3)
-    assert start[2].startswith("subshell"), start
+    out = _control_moved_during_a_cell(wrapped=True)
+    start = out["log"][-2]
+    assert start[:2] == ["start", 1] and start[2].startswith("subshell"), out["log"]
     assert start[3] >= out["span"][1], \
         f"the callback started {out['span'][1] - start[3]:.2f} s before the running cell ended"
     assert not out["cell_images"], "the callback's plot was shown in the running cell's output"
