@@ -78,6 +78,9 @@ def one_at_a_time(fn: _Fn) -> _Fn:
     show and close each other's pyplot figures. ipywidgets has no switch for this, so from the
     first call on, every cell and every widget message holds one lock while it runs.
     """
+    if not callable(fn):
+        raise TypeError(f"one_at_a_time: fn must be a function (the explore callback), "
+                        f"got {type(fn).__name__} {fn!r}")
     _hook_cells()
 
     @functools.wraps(fn)   # keeps the signature: interact() reads the defaults from it

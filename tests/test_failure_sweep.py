@@ -159,6 +159,7 @@ CASES = [
     case(live_plot_add, ValueError, r"unknown curve\(s\) \['acc'\]; known: \['loss'\]", 1, {"acc": 0.5}),
     case(live_plot_add, TypeError, r"value of 'loss' must be a number, got str", 1, {"loss": "low"}),
     case(live_plot_add, TypeError, r"x must be a number, got str", "one", {"loss": 0.5}),
+    case(plotting.one_at_a_time, TypeError, r"one_at_a_time: fn must be a function \(the explore callback\), got int 3", 3),
     case(plotting.bar_compare, ValueError, r"labels and values must be non-empty and the same length", [], [], unit="s"),
     case(plotting.bar_compare, ValueError, r"labels and values must be non-empty and the same length", ["a"], [1, 2], unit="s"),
     case(plotting.bar_compare, ValueError, r"baseline must index a bar \(0..1\), got 5", ["a", "b"], [1, 2], unit="s", baseline=5),
