@@ -33,38 +33,36 @@ def _in_notebook() -> bool:
 # package fires pre_execute/post_execute around each one). Re-entrant: interact() calls the
 # callback once inside the cell that creates the controls.
 _ONE_AT_A_TIME = threading.RLock()
-_held_by_hooks = threading.local()   # how many times this thread's hooks hold the lock
-_hooked = False
+_this_thread = threading.local()   # .holds: this thread's pre_execute took the lock
 
 
 def _cell_starts(*_: object) -> None:
     # Cells and widget messages do not nest, so a hold left from before is one whose
     # post_execute never came (a widget handler raised): give it back, or the kernel would hang.
-    for _ in range(getattr(_held_by_hooks, "depth", 0)):
+    if getattr(_this_thread, "holds", False):
         _ONE_AT_A_TIME.release()
-    _held_by_hooks.depth = 0
     _ONE_AT_A_TIME.acquire()
-    _held_by_hooks.depth = 1
+    _this_thread.holds = True
 
 
 def _cell_ends(*_: object) -> None:
     # registered after matplotlib's inline flush, so figures are drawn and closed before release
-    if getattr(_held_by_hooks, "depth", 0):
-        _held_by_hooks.depth -= 1
+    if getattr(_this_thread, "holds", False):
+        _this_thread.holds = False
         _ONE_AT_A_TIME.release()
 
 
 def _hook_cells() -> None:
     """Make each cell and each widget message the kernel handles hold the lock, one at a time."""
-    global _hooked
-    if _hooked or not _in_notebook():
+    if not _in_notebook():
         return
     from IPython import get_ipython
 
-    ip = get_ipython()
-    ip.events.register("pre_execute", _cell_starts)
-    ip.events.register("post_execute", _cell_ends)
-    _hooked = True
+    events = get_ipython().events
+    if _cell_starts in events.callbacks["pre_execute"]:
+        return
+    events.register("pre_execute", _cell_starts)
+    events.register("post_execute", _cell_ends)
     _cell_starts()  # the cell running now; its post_execute gives the lock back
 
 

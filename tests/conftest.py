@@ -21,4 +21,3 @@ def data_root(tmp_path, monkeypatch):
     root = tmp_path / "data"
     monkeypatch.setenv("FTG_DATA_DIR", str(root))
     return root
-
