@@ -47,6 +47,16 @@ records into it: `from helpers.suite import results`)
   report          report.html and report.md from the recorded results
   setup_cell      the first cell of every notebook (Colab, Kaggle) and its badges
   lab             JupyterLab, started the way `make lab` starts it
+
+helpers.doctor: the bottleneck doctor, a product of its own (`doctor.watch(loader)` in a notebook,
+`python -m helpers.doctor script.py` in a shell): the suite's lessons applied to any training loop
+  session         the engine: the first optimizer's steps, measured window after window
+  counting        the dispatch-level counter: ops, syncs, the hot ops' dtypes
+  profiled        reading the windows (torch.profiler, the counter) and this machine's rates
+  rules           thresholds with their sources, findings ranked by share of step time
+  watch           the in-notebook form, and its measured what-ifs
+  text            the diagnosis in words
+  cli             the shell form: a script run unmodified, stopped, and cleaned up
 """
 
 __version__ = "0.1.0"

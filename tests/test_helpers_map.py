@@ -16,8 +16,11 @@ def _modules(folder: Path) -> set[str]:
 
 def test_the_map_names_every_module_and_nothing_else():
     core, tooling = helpers.__doc__.split("\nhelpers.suite:", 1)
+    tooling, doctor = tooling.split("\nhelpers.doctor:", 1)
     assert set(ENTRY.findall(core)) == _modules(HELPERS)
     assert set(ENTRY.findall(tooling)) == _modules(HELPERS / "suite")
-    # each module once, and no subpackage but the tooling
-    assert len(ENTRY.findall(helpers.__doc__)) == len(_modules(HELPERS)) + len(_modules(HELPERS / "suite"))
-    assert {p.parent.name for p in HELPERS.glob("*/__init__.py")} == {"suite"}
+    assert set(ENTRY.findall(doctor)) == _modules(HELPERS / "doctor")
+    # each module once, and no subpackage but the tooling and the doctor
+    assert len(ENTRY.findall(helpers.__doc__)) == sum(
+        len(_modules(HELPERS / sub)) for sub in ("", "suite", "doctor"))
+    assert {p.parent.name for p in HELPERS.glob("*/__init__.py")} == {"suite", "doctor"}

@@ -1,0 +1,168 @@
+"""`python -m helpers.doctor [--steps N] [--timeout S] [--json] script.py [args...]`
+
+The script runs unmodified in a child process of its own session, with the doctor's optimizer
+hook; after the steps it needs the doctor stops it, and the whole process group (DataLoader
+workers included) is ended, also on a timeout or a crash. Exit status: 0 when a diagnosis was
+printed, 2 when the script failed or never stepped, 3 when it ran past --timeout.
+
+`--json` prints {"measured": {...}, "findings": [{kind, evidence, share, fix, notebook,
+predicted_speedup, predicted_samples_per_s, rule}, ...]}, findings ranked by share of step time
+(null share: counted, not costed), or {"error": "..."} with a non-zero status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import runpy
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import traceback
+from pathlib import Path
+
+import psutil
+
+from . import rules
+from .session import Session, Stop
+from .text import render
+
+MIN_STEPS = 12  # warm-up 2, timed >= 3 (+ margin), profiled 2, counted 2
+PROCESSES = ("the script started processes of its own ({}): the doctor watches only the process "
+             "it started; a torchrun or mp.spawn worker's steps are not seen. Diagnose one "
+             "process: run its training function in a plain script (one rank, world size 1).")
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m helpers.doctor", description=__doc__.split("\n\n")[1])
+    p.add_argument("--steps", type=int, default=30, help=f"optimizer steps to watch (>= {MIN_STEPS})")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds before the script is ended")
+    p.add_argument("--json", action="store_true", help="the diagnosis as JSON (schema above)")
+    p.add_argument("script", help="the training script, run unmodified")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+    a = p.parse_args(argv)
+    if a.steps < MIN_STEPS:
+        p.error(f"--steps must be an int >= {MIN_STEPS}, got {a.steps}")
+    if not a.timeout > 0:
+        p.error(f"--timeout must be a positive number of seconds, got {a.timeout}")
+    if not Path(a.script).is_file():
+        p.error(f"script: no such file: {a.script}")
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "diagnosis.json"
+        cmd = [sys.executable, "-m", "helpers.doctor.cli", "--child", str(out), str(a.steps),
+               a.script, *a.args]
+        child = subprocess.Popen(cmd, start_new_session=True)
+        try:
+            child.wait(timeout=a.timeout)
+            result = json.loads(out.read_text()) if out.is_file() else {
+                "error": f"the script's process ended (status {child.returncode}) before a diagnosis"}
+        except subprocess.TimeoutExpired:
+            result = {"error": f"the script ran past --timeout {a.timeout:g} s before the doctor had "
+                               "seen enough steps; it was ended", "status": 3}
+        finally:
+            end_group(child)
+    if a.json:
+        print(json.dumps({k: v for k, v in result.items() if k not in ("text", "status")}, indent=1))
+    else:
+        print(result.get("text") or f"doctor: could not diagnose: {result['error']}",
+              file=sys.stdout if "text" in result else sys.stderr)
+    return 0 if "text" in result else result.get("status", 2)
+
+
+def end_group(child: subprocess.Popen) -> None:
+    """End the child's whole process group (its DataLoader workers too): TERM, then KILL."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(child.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            break
+        try:
+            child.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            continue
+    child.wait()
+
+
+def _watch_children(seen: set[str], stop: threading.Event) -> None:
+    me = psutil.Process()
+    while not stop.wait(0.2):
+        for c in me.children(recursive=True):
+            try:
+                seen.add(" ".join(c.cmdline()[:3]))
+            except psutil.Error:
+                pass
+
+
+def child(out: Path, steps: int, script: str, args: list[str]) -> None:
+    """Run `script` under the doctor's hook and write the diagnosis (or the reason) to `out`."""
+    session = Session(timed=max(3, steps - 10), trials=_threads_trial, on_done=_stop)
+    seen: set[str] = set()
+    stop = threading.Event()
+    threading.Thread(target=_watch_children, args=(seen, stop), daemon=True).start()
+    sys.argv = [script, *args]
+    sys.path.insert(0, str(Path(script).resolve().parent))
+    error = None
+    try:
+        session.start()
+        runpy.run_path(script, run_name="__main__")
+    except Stop:
+        pass
+    except SystemExit as e:
+        if e.code not in (None, 0):
+            error = f"the script exited with status {e.code}"
+    except BaseException as e:  # noqa: BLE001 - the learner's script may raise anything
+        traceback.print_exc()
+        error = f"the script failed: {type(e).__name__}: {e}"
+    finally:
+        session.close()
+        stop.set()
+    out.write_text(json.dumps(_result(session, error, seen)))
+
+
+def _result(session: Session, error: str | None, seen: set[str]) -> dict:
+    if session.steps == 0 and error is None:
+        error = ("no optimizer step seen: the doctor counts steps of a torch.optim optimizer "
+                 "(optimizer.step()), and the script took none")
+        if seen:
+            error += ". " + PROCESSES.format("; ".join(sorted(seen)[:3]))
+    if error is None or session.named("timed") is not None:
+        try:
+            m = session.measured()
+        except RuntimeError as e:
+            return {"error": error or str(e)}
+        if error:
+            m.unseen.append(f"the script stopped early: {error}")
+        findings = rules.diagnose(m)
+        return {**rules.as_dict(m, findings), "text": render(m, findings)}
+    return {"error": error}
+
+
+def _stop() -> None:
+    raise Stop
+
+
+def _threads_trial(s: Session) -> list:
+    """The one what-if a script allows from outside: the steps with a fair number of threads."""
+    import torch
+
+    m = s.measured()
+    if not rules.oversubscribed(m):
+        return []
+    before = torch.get_num_threads()
+    return s.trial("threads", lambda: torch.set_num_threads(m.fair_threads()),
+                   lambda: torch.set_num_threads(before), None)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--child"]:
+        child(Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5:])
+    else:
+        sys.exit(main())

@@ -1,0 +1,75 @@
+"""A dispatch-level counter: the ops a step dispatches, the ones that synchronise, the hot ops'
+dtypes and memory formats. It roughly doubles a tiny step's time, so it runs on a short window
+whose steps are in no timing.
+
+What it can see: every aten op below autograd, forward and backward. On a CPU, `.item()`,
+`float(t)`, `bool(t)` (all `aten._local_scalar_dense`) and `nonzero`; `.cpu()`, `.tolist()`,
+`.numpy()` and `print(t)` of a CPU tensor run no op and are invisible. On a GPU, copies from the
+device to the host are ops too, and counted.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+# Ops that make the host wait for the device: a value read on the host, or a result whose size
+# depends on the data (nonzero, masked_select, unique).
+SYNC_OPS = {"_local_scalar_dense", "nonzero", "masked_select", "unique_consecutive", "_unique2",
+            "repeat_interleave"}
+# The ops that do the arithmetic of a training step: their dtype and layout decide its speed.
+HOT_OPS = {"mm", "addmm", "bmm", "baddbmm", "convolution", "convolution_backward",
+           "_convolution", "mkldnn_convolution", "cudnn_convolution"}
+
+
+def _name(func: object) -> str:
+    return str(func.__name__).split(".")[0] if hasattr(func, "__name__") else str(func)
+
+
+def _layout(t: torch.Tensor) -> str:
+    if t.dim() == 4 and not t.is_contiguous() and t.is_contiguous(memory_format=torch.channels_last):
+        return "channels_last"
+    return "contiguous" if t.is_contiguous() else "strided"
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts what passes the dispatcher while `paused` is False (the in-notebook form pauses
+    it while the loader makes a batch: those ops are data loading, not the step)."""
+
+    def __init__(self, device: torch.device | None = None) -> None:
+        super().__init__()
+        self.device = device
+        self.ops = 0
+        self.syncs: Counter[str] = Counter()
+        self.hot: Counter[str] = Counter()
+        self.paused = False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        out = func(*args, **(kwargs or {}))
+        if not self.paused:
+            self._count(func, args, kwargs or {})
+        return out
+
+    def _count(self, func: object, args: tuple, kwargs: dict) -> None:
+        name = _name(func)
+        if name.startswith("_record_function"):  # the profiler's own marks
+            return
+        self.ops += 1
+        if name in SYNC_OPS or self._to_host(name, args, kwargs):
+            self.syncs[name] += 1
+        if name in HOT_OPS:
+            t = next((a for a in args if isinstance(a, torch.Tensor)), None)
+            if t is not None:
+                self.hot[f"{name} {str(t.dtype).removeprefix('torch.')} {_layout(t)}"] += 1
+
+    @staticmethod
+    def _to_host(name: str, args: tuple, kwargs: dict) -> bool:
+        """A copy from an accelerator to the host (`.cpu()`, `.numpy()` of a GPU tensor)."""
+        if name == "_to_copy" and args and isinstance(args[0], torch.Tensor):
+            dev = kwargs.get("device")
+            return args[0].device.type != "cpu" and dev is not None and torch.device(dev).type == "cpu"
+        if name == "copy_" and len(args) > 1 and all(isinstance(a, torch.Tensor) for a in args[:2]):
+            return args[0].device.type == "cpu" and args[1].device.type != "cpu"
+        return False

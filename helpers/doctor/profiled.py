@@ -1,0 +1,83 @@
+"""Reading the windows: the profiler's events, the counter's counts, the machine's own rates,
+and what this device could not show."""
+
+from __future__ import annotations
+
+import psutil
+import torch
+import torch.utils.benchmark as tb
+
+from .rules import Measured
+
+# torch.utils.data names the DataLoader's `__next__` so the profiler can show it.
+LOADER_EVENT = "enumerate(DataLoader)"
+# CUDA runtime calls in which the host waits for the device.
+STALL_EVENTS = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
+                "cudaMemcpy", "cudaMemcpyAsync"}
+UNSEEN = {
+    "cpu": ["syncs: counted, not costed (a CPU has no queue to drain; a GPU would pay for each); "
+            ".cpu()/.tolist()/.numpy()/print(t) run no op on a CPU and are not counted",
+            "device busy: a CPU is not a separate device that could idle"],
+    "mps": ["device busy and sync stalls: torch.profiler does not time MPS kernels",
+            "memory peak: the process's resident memory, not the GPU's"],
+    "cuda": [],
+}
+
+
+def read(session: object, m: Measured) -> None:
+    """Fill `m` from the session's profiled and counted windows and this machine's rates."""
+    prof_w, count_w = session.named("profiled"), session.named("counted")
+    if prof_w is not None and session.prof is not None:
+        _from_profiler(session.prof, prof_w, m)
+    else:
+        m.unseen.append("profiled window: the loop ended first (data wait, busy, stalls)")
+    if count_w is not None and session.counter is not None:
+        c, n = session.counter, count_w.steps
+        m.syncs_per_step = sum(c.syncs.values()) / n
+        m.sync_ops = {k: v // n or 1 for k, v in c.syncs.items()}
+        m.ops_per_step = c.ops / n
+        m.flops_per_step = session.flops.get_total_flops() / n
+        m.hot_ops = [{"op": k, "per_step": v / n} for k, v in c.hot.most_common(4)]
+    else:
+        m.unseen.append("counted window: the loop ended first (syncs, ops, FLOPs)")
+    m.unseen += UNSEEN.get(m.device, [])
+    _memory(session, m)
+    if session.rates is None:  # measured once per session
+        session.rates = machine_rates(session.device)
+    m.dispatch_s, m.matmul_flops_per_s = session.rates
+
+
+def _from_profiler(prof: torch.profiler.profile, w: object, m: Measured) -> None:
+    window_us = 1e6 * (w.t1 - w.t0)
+    wait = stall = busy = 0.0
+    for e in prof.events():
+        if str(e.device_type).endswith("CUDA"):  # a kernel
+            busy += e.time_range.elapsed_us()
+        elif e.name.startswith(LOADER_EVENT) and "__next__" in e.name:
+            wait += e.time_range.elapsed_us()
+        elif e.name in STALL_EVENTS:
+            stall += e.time_range.elapsed_us()
+    if m.wait_s is None:  # the CLI: no loader in hand, the profiler's DataLoader events
+        m.wait_s = 1e-6 * wait / w.steps
+    if m.device == "cuda":
+        m.busy = min(1.0, busy / window_us) if window_us > 0 else None
+        m.stall_s = 1e-6 * stall / w.steps
+
+
+def _memory(session: object, m: Measured) -> None:
+    m.memory_peak = session.mem_peak or None
+    if m.device == "cuda":
+        m.memory_total = float(torch.cuda.get_device_properties(session.device).total_memory)
+    else:
+        m.memory_total = float(psutil.virtual_memory().total)
+
+
+def machine_rates(device: torch.device | None) -> tuple[float, float]:
+    """(seconds to dispatch one tiny op, FLOP/s of an fp32 matmul), measured on `device` now."""
+    device = device or torch.device("cpu")
+    x = torch.ones(8, device=device)
+    tiny = tb.Timer("x.add_(1)", globals={"x": x}).blocked_autorange(min_run_time=0.05).median
+    n = 512 if device.type == "cpu" else 4096
+    a = torch.randn(n, n, device=device)
+    mm = tb.Timer("a @ a", globals={"a": a}).blocked_autorange(min_run_time=0.1).median
+    return tiny, 2 * n**3 / mm

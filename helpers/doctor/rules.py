@@ -1,0 +1,214 @@
+"""From measurements to findings: each rule names its threshold, the threshold's source, and
+the numbers it compared. Pure functions of a `Measured`, so each is tested on both sides.
+
+A finding's `share` is the fraction of step time it costs, where that was *measured*; None
+where it was only counted (a CPU cannot show what a GPU would pay for a sync). Findings are
+ranked by share, counted ones last.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+# The removed TensorBoard profiler plugin's advisor: "DataLoader time > 5 % of the step".
+INPUT_WAIT_SHARE = 0.05
+# The same advisor: "GPU utilisation < 50 %" -> a bigger batch (CUDA only: busy is measured there).
+LOW_BUSY = 0.50
+# The same advisor: "peak memory > 90 %" -> smaller batch, activation checkpointing.
+MEMORY_PEAK_SHARE = 0.90
+# Measured here: the ops a step dispatches times this machine's measured cost of dispatching one
+# tiny op; at 30 % of the step or more, the per-op overhead is what a bigger batch or fusion saves
+# (a compute-bound ResNet step measures ~1 %, a loop of tiny Linear layers ~60 % on a 2-core CPU).
+OVERHEAD_SHARE = 0.30
+# Measured here: a sync stall below 5 % of the step is noise beside the step (as for data wait).
+SYNC_STALL_SHARE = 0.05
+# One read per step is what notebook 05 teaches to avoid (log every k steps instead).
+SYNCS_PER_STEP = 1.0
+
+NOTEBOOKS = {
+    "input-bound": "02_dataloader_workers.ipynb",
+    "sync-bound": "05_item_hygiene.ipynb",
+    "overhead-bound": "04_batch_size_and_accumulation.ipynb",
+    "oversubscribed-threads": "02_dataloader_workers.ipynb",
+    "device-idle": "04_batch_size_and_accumulation.ipynb",
+    "memory-tight": "06_device_placement.ipynb",
+    "compute-bound": "07_mixed_precision.ipynb",
+}
+
+
+@dataclass
+class Trial:
+    """A what-if measured on the learner's own loop: the change, and the loop's speed with it."""
+
+    change: str
+    samples_per_s: float
+    step_s: float
+
+
+@dataclass
+class Measured:
+    """What the doctor measured (None: not measured, with the reason in `unseen`)."""
+
+    device: str
+    step_s: float
+    steps: int
+    batch_size: int | None = None
+    wait_s: float | None = None
+    syncs_per_step: float | None = None
+    sync_ops: dict[str, int] = field(default_factory=dict)
+    ops_per_step: float | None = None
+    dispatch_s: float | None = None
+    flops_per_step: float | None = None
+    matmul_flops_per_s: float | None = None
+    threads: int = 1
+    workers: int = 0
+    cores: int = 1
+    loader: dict | None = None
+    hot_ops: list[dict] = field(default_factory=list)
+    busy: float | None = None
+    stall_s: float | None = None
+    memory_peak: float | None = None
+    memory_total: float | None = None
+    trials: dict[str, Trial] = field(default_factory=dict)
+    unseen: list[str] = field(default_factory=list)
+
+    @property
+    def samples_per_s(self) -> float | None:
+        return self.batch_size / self.step_s if self.batch_size else None
+
+    def fair_threads(self) -> int:
+        """Intra-op threads that leave a core to each DataLoader worker (at least one)."""
+        return max(1, self.cores - self.workers)
+
+
+@dataclass
+class Finding:
+    kind: str
+    evidence: str
+    share: float | None
+    fix: str
+    notebook: str
+    predicted_speedup: float | None = None
+    predicted_samples_per_s: float | None = None
+    rule: str = ""
+
+
+def _predict(f: Finding, m: Measured, trial: str) -> Finding:
+    t = m.trials.get(trial)
+    if t is not None:
+        f.predicted_speedup = m.step_s / t.step_s if not m.batch_size else t.samples_per_s / m.samples_per_s
+        f.predicted_samples_per_s = t.samples_per_s if m.batch_size else None
+    return f
+
+
+def input_bound(m: Measured) -> Finding | None:
+    if m.wait_s is None:
+        return None
+    share = m.wait_s / m.step_s
+    if share < INPUT_WAIT_SHARE:
+        return None
+    workers = m.loader.get("num_workers") if m.loader else m.workers
+    return _predict(Finding(
+        "input-bound", f"waits {1e3 * m.wait_s:.1f} ms for data of a {1e3 * m.step_s:.1f} ms step "
+        f"({100 * share:.0f} %); num_workers={workers}, {m.cores} usable cores", share,
+        f"DataLoader(num_workers={max(1, m.cores)}, persistent_workers=True"
+        f"{', pin_memory=True' if m.device == 'cuda' else ''}), or lighter per-sample work",
+        NOTEBOOKS["input-bound"], rule=f"data wait >= {INPUT_WAIT_SHARE:.0%} of the step "
+        "(the TensorBoard profiler advisor's rule)"), m, "workers")
+
+
+def sync_bound(m: Measured) -> Finding | None:
+    if not m.syncs_per_step or m.syncs_per_step < SYNCS_PER_STEP:
+        return None
+    ops = ", ".join(f"{k} x{v}" for k, v in sorted(m.sync_ops.items()))
+    fix = "keep the loss on the device (loss.detach()) and read it every k steps, not every step"
+    if m.stall_s is None:  # a CPU: counted, and no cost claimed
+        return Finding("sync-bound", f"{m.syncs_per_step:g} reads of a tensor per step ({ops}): "
+                       "would synchronise on a GPU; a CPU pays nothing for them", None, fix,
+                       NOTEBOOKS["sync-bound"], rule=f">= {SYNCS_PER_STEP:g} sync per step, counted")
+    share = m.stall_s / m.step_s
+    if m.busy is not None:
+        share = min(share, 1 - m.busy)  # a stall costs only while the device idles
+    if share < SYNC_STALL_SHARE:
+        return None
+    return Finding("sync-bound", f"{m.syncs_per_step:g} syncs per step ({ops}); the host waited "
+                   f"{1e3 * m.stall_s:.2f} ms per step", share, fix, NOTEBOOKS["sync-bound"],
+                   rule=f"measured stall >= {SYNC_STALL_SHARE:.0%} of the step")
+
+
+def overhead_bound(m: Measured) -> Finding | None:
+    if not m.ops_per_step or not m.dispatch_s:
+        return None
+    share = min(1.0, m.ops_per_step * m.dispatch_s / m.step_s)
+    if share < OVERHEAD_SHARE:
+        return None
+    return _predict(Finding(
+        "overhead-bound", f"{m.ops_per_step:.0f} ops per step x {1e6 * m.dispatch_s:.1f} us to "
+        f"dispatch one (measured) = {100 * share:.0f} % of the {1e3 * m.step_s:.2f} ms step", share,
+        "more work per op: a larger batch, fewer and larger ops (torch.compile, fused layers)",
+        NOTEBOOKS["overhead-bound"], rule=f"dispatch cost >= {OVERHEAD_SHARE:.0%} of the step "
+        "(measured here)"), m, "batch x2")
+
+
+def oversubscribed(m: Measured) -> Finding | None:
+    fair = m.fair_threads()
+    if m.threads <= fair:
+        return None
+    f = Finding("oversubscribed-threads", f"{m.threads} intra-op threads + {m.workers} DataLoader "
+                f"workers on {m.cores} usable cores", None,
+                f"torch.set_num_threads({fair})", NOTEBOOKS["oversubscribed-threads"],
+                rule="intra-op threads + workers > usable cores")
+    t = m.trials.get("threads")
+    if t is not None:
+        f.share = max(0.0, 1 - t.step_s / m.step_s)
+    return _predict(f, m, "threads")
+
+
+def device_idle(m: Measured) -> Finding | None:
+    if m.busy is None or m.busy >= LOW_BUSY:
+        return None
+    return _predict(Finding("device-idle", f"device busy {100 * m.busy:.0f} % of the step", 1 - m.busy,
+                            "a larger batch (and the fixes above)", NOTEBOOKS["device-idle"],
+                            rule=f"device busy < {LOW_BUSY:.0%} (the TensorBoard advisor's rule)"),
+                    m, "batch x2")
+
+
+def memory_tight(m: Measured) -> Finding | None:
+    if not m.memory_peak or not m.memory_total or m.memory_peak / m.memory_total < MEMORY_PEAK_SHARE:
+        return None
+    return Finding("memory-tight", f"peak {m.memory_peak / 2**30:.2f} GiB of "
+                   f"{m.memory_total / 2**30:.2f} GiB", None,
+                   "a smaller batch with gradient accumulation, or activation checkpointing",
+                   NOTEBOOKS["memory-tight"], rule=f"peak >= {MEMORY_PEAK_SHARE:.0%} of memory "
+                   "(the TensorBoard advisor's rule)")
+
+
+RULES = (input_bound, sync_bound, overhead_bound, oversubscribed, device_idle, memory_tight)
+
+
+def compute_bound(m: Measured) -> Finding:
+    """The answer when no rule fired: what fraction of this machine's matmul rate the step gets."""
+    rate = ""
+    if m.flops_per_step and m.matmul_flops_per_s:
+        busy_s = m.step_s - (m.wait_s or 0.0)
+        rate = (f" at {100 * m.flops_per_step / busy_s / m.matmul_flops_per_s:.0f} % of this "
+                f"machine's measured matmul rate ({m.matmul_flops_per_s / 1e9:.1f} GFLOP/s)")
+    return Finding("compute-bound", "nothing to fix: compute-bound" + rate, None,
+                   "nothing in the loop: a faster kernel (bf16/fp16, channels_last) or device",
+                   NOTEBOOKS["compute-bound"], rule="no rule above fired")
+
+
+def diagnose(m: Measured) -> list[Finding]:
+    """The findings, ranked: measured costs by share, then counted ones."""
+    found = [f for rule in RULES if (f := rule(m)) is not None]
+    if not any(f.share is not None for f in found):
+        found.append(compute_bound(m))
+    return sorted(found, key=lambda f: (f.share is None, -(f.share or 0.0)))
+
+
+def as_dict(m: Measured, findings: list[Finding]) -> dict:
+    """The `--json` schema: {"measured": {...}, "findings": [ranked {kind, evidence, share, fix,
+    notebook, predicted_speedup, predicted_samples_per_s, rule}]}."""
+    measured = asdict(m)
+    measured["samples_per_s"] = m.samples_per_s
+    return {"measured": measured, "findings": [asdict(f) for f in findings]}

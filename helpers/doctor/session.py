@@ -1,0 +1,193 @@
+"""The engine both forms share: steps seen through the optimizer, measured in windows.
+
+A step is the interval between two steps of the first optimizer the process takes
+(`register_optimizer_step_post_hook`, public and global: it sees a script the doctor did not
+write; a second optimizer, a GAN's, is ignored; LBFGS's closure runs inside one step). The
+steps go through windows, one after the other, so that no window's instrument is in another's
+timings: warm-up, timed (nothing but a clock), profiled (`torch.profiler`: data wait, device
+busy, sync stalls), counted (dispatch modes: syncs, ops, FLOPs, the hot ops' dtypes), then the
+what-if trials a form asks for (each with its own warm-up).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import psutil
+import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
+from torch.profiler import ProfilerActivity, profile
+from torch.utils.flop_counter import FlopCounterMode
+
+from .counting import OpCounter
+from .rules import Measured, Trial
+
+
+class Stop(BaseException):  # noqa: N818 - not an error: the doctor has what it needs
+    """Raised from the optimizer hook when the CLI has seen enough steps (BaseException, so a
+    script's `except Exception` does not swallow it)."""
+
+
+@dataclass
+class Window:
+    name: str
+    steps: int
+    enter: Callable[[], None] | None = None
+    exit: Callable[[], None] | None = None
+    batch: int | None = None  # samples per step in a trial (the loop's own when None)
+    times: list[float] = field(default_factory=list)
+    waits: list[float] = field(default_factory=list)
+    t0: float = 0.0
+    t1: float = 0.0
+
+
+def cores() -> int:
+    """Cores this process may use (its affinity, where the OS has one)."""
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def synchronize(device: torch.device | None) -> None:
+    if device is not None and device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device is not None and device.type == "mps":
+        torch.mps.synchronize()
+
+
+class Session:
+    """Counts steps of the first optimizer and moves them through the windows."""
+
+    def __init__(self, *, warmup: int = 2, timed: int = 8, profiled: int = 2, counted: int = 2,
+                 trial_steps: int = 4, trials: Callable[[Session], list[Window]] | None = None,
+                 on_done: Callable[[], None] | None = None) -> None:
+        self.windows = [Window("warmup", warmup), Window("timed", timed),
+                        Window("profiled", profiled, self._start_profiler, self._stop_profiler),
+                        Window("counted", counted, self._start_counting, self._stop_counting)]
+        self.trial_steps, self.plan_trials, self.on_done = trial_steps, trials, on_done
+        self.index, self.opt, self.device = 0, None, None
+        self.steps, self.wait, self.done, self.handle = 0, 0.0, False, None
+        self.prof = self.counter = self.flops = None
+        self.workers_seen, self.mem_peak, self.rates = 0, 0.0, None
+
+    @property
+    def window(self) -> Window | None:
+        return None if self.done or self.index >= len(self.windows) else self.windows[self.index]
+
+    def start(self) -> Session:
+        self.handle = register_optimizer_step_post_hook(self._hook)
+        self.last = time.perf_counter()
+        return self
+
+    def close(self) -> None:
+        """Remove the hook and end any open instrument (also after an error or a Stop)."""
+        if self.handle is not None:
+            self.handle.remove()
+            self.handle = None
+        w = self.window
+        if w is not None and w.exit is not None and w.t0 and not w.t1:  # stopped mid-window
+            w.exit()
+        self.done = True
+
+    def note_wait(self, seconds: float) -> None:
+        """Time the loop spent waiting for a batch (the in-notebook form times `next()`)."""
+        self.wait += seconds
+
+    def _hook(self, opt: torch.optim.Optimizer, args: object, kwargs: object) -> None:
+        if self.opt is None:
+            self.opt = opt
+            self.device = next((p.device for g in opt.param_groups for p in g["params"]), None)
+        if opt is not self.opt or self.done:
+            return
+        now = time.perf_counter()
+        w = self.windows[self.index]
+        if not w.t0:  # the window opened with this step
+            w.t0 = self.last
+        w.times.append(now - self.last)
+        w.waits.append(self.wait)
+        self.steps, self.wait = self.steps + 1, 0.0
+        if len(w.times) >= w.steps:
+            self._next_window(w)
+        self.last = time.perf_counter()  # the instruments' own start-up is in no step
+
+    def _next_window(self, w: Window) -> None:
+        synchronize(self.device)
+        w.t1 = time.perf_counter()
+        if w.exit is not None:
+            w.exit()
+        self._sample_memory()
+        if w.name == "counted" and self.plan_trials is not None:
+            self.windows += self.plan_trials(self)
+        self.index += 1
+        if self.index == len(self.windows):
+            self.close()
+            if self.on_done is not None:
+                self.on_done()
+            return
+        nxt = self.windows[self.index]
+        if nxt.enter is not None:
+            nxt.enter()
+        synchronize(self.device)
+
+    def trial(self, name: str, enter: Callable[[], None], exit: Callable[[], None],
+              batch: int | None, warmup: int = 2) -> list[Window]:
+        """A what-if: `warmup` steps with the change made (not timed), then the timed steps."""
+        return [Window(f"{name}:warmup", warmup, enter),
+                Window(name, self.trial_steps, None, exit, batch=batch)]
+
+    # --- the instruments -------------------------------------------------------------------
+    def _start_profiler(self) -> None:
+        acts = [ProfilerActivity.CPU]
+        if self.device is not None and self.device.type == "cuda":
+            acts.append(ProfilerActivity.CUDA)
+        self.prof = profile(activities=acts)
+        self.prof.__enter__()
+
+    def _stop_profiler(self) -> None:
+        self.prof.__exit__(None, None, None)
+        self.workers_seen = len(psutil.Process().children())
+
+    def _start_counting(self) -> None:
+        self.flops = FlopCounterMode(display=False)
+        self.flops.__enter__()
+        self.counter = OpCounter(self.device)
+        self.counter.__enter__()
+
+    def _stop_counting(self) -> None:
+        self.counter.__exit__(None, None, None)
+        self.flops.__exit__(None, None, None)
+
+    def _sample_memory(self) -> None:
+        if self.device is not None and self.device.type == "cuda":
+            self.mem_peak = float(torch.cuda.max_memory_allocated(self.device))
+        else:
+            self.mem_peak = max(self.mem_peak, float(psutil.Process().memory_info().rss))
+
+    # --- what the windows measured ---------------------------------------------------------
+    def named(self, name: str) -> Window | None:
+        return next((w for w in self.windows if w.name == name and len(w.times) >= w.steps), None)
+
+    def measured(self, batch_size: int | None = None, loader: dict | None = None,
+                 workers: int | None = None) -> Measured:
+        """The numbers for the rules; raises when not even the timed window completed."""
+        timed = self.named("timed")
+        if timed is None:
+            raise RuntimeError(f"the doctor saw {self.steps} optimizer steps; it needs "
+                               f"{sum(w.steps for w in self.windows[:2])} for a timing")
+        from . import profiled
+
+        m = Measured(device=str(self.device.type if self.device is not None else "cpu"),
+                     step_s=statistics.median(timed.times), steps=self.steps,
+                     batch_size=batch_size, loader=loader, threads=torch.get_num_threads(),
+                     workers=self.workers_seen if workers is None else workers, cores=cores())
+        if loader is not None:  # the in-notebook form timed next() itself, in the timed window
+            m.wait_s = statistics.median(timed.waits)
+        profiled.read(self, m)
+        for w in self.windows[4:]:
+            if ":" not in w.name and len(w.times) >= w.steps:
+                step = statistics.median(w.times)
+                m.trials[w.name] = Trial(w.name, (w.batch or batch_size or 0) / step, step)
+        return m

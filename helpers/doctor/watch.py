@@ -1,0 +1,139 @@
+"""The in-notebook form: `for X, y in doctor.watch(loader): ...` around a learner's own loop.
+
+The doctor holds the loader, so beside watching it can *try* fixes on the loop itself: a few
+steps with the loader rebuilt with workers, at twice the batch, or with fewer threads; each
+trial's speed is the predicted speed of the fix. The loop stops when the doctor has seen
+enough (the steps it watched are real training steps on real batches).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import torch
+from torch.utils.data import DataLoader
+
+from . import rules
+from .session import Session, Window
+
+
+class Watch:
+    """Iterate it like the loader; the diagnosis is printed when the loop ends (`.findings`)."""
+
+    def __init__(self, loader: DataLoader, *, timed: int = 8, trial_steps: int = 4,
+                 what_if: bool = True, quiet: bool = False) -> None:
+        if not isinstance(loader, DataLoader):
+            raise TypeError(f"watch: loader must be a torch.utils.data.DataLoader, got "
+                            f"{type(loader).__name__}")
+        if not isinstance(timed, int) or timed < 3:
+            raise ValueError(f"watch: timed must be an int >= 3, got {timed!r}")
+        self.loader, self.what_if, self.quiet = loader, what_if, quiet
+        self.batch = batch_size(loader)
+        self.session = Session(timed=timed, trial_steps=trial_steps, trials=self._trials)
+        self.source: DataLoader = loader
+        self.measured: rules.Measured | None = None
+        self.findings: list[rules.Finding] = []
+
+    def __iter__(self) -> Iterator:
+        s = self.session.start()
+        source, batches, threads = self.source, 0, torch.get_num_threads()
+        it = iter(source)
+        try:
+            while not s.done:
+                if self.source is not source:  # a what-if began or ended
+                    source, it = self.source, iter(self.source)
+                t0 = time.perf_counter()
+                if s.counter is not None:
+                    s.counter.paused = True  # loading is not the step
+                batch = next(it, None)
+                if batch is None:  # an epoch ended: the next one
+                    it = iter(source)
+                    batch = next(it)
+                if s.counter is not None:
+                    s.counter.paused = False
+                s.note_wait(time.perf_counter() - t0)
+                batches += 1
+                if s.opt is None and batches > 3 * sum(w.steps for w in s.windows) + 10:
+                    raise RuntimeError("watch: no optimizer step in the loop after "
+                                       f"{batches} batches; the doctor counts optimizer.step()")
+                yield batch
+        finally:
+            s.close()
+            torch.set_num_threads(threads)
+            self.source = self.loader
+        self.report()
+
+    def report(self) -> list[rules.Finding]:
+        self.measured = self.session.measured(self.batch, loader_settings(self.loader),
+                                              self.loader.num_workers)
+        self.findings = rules.diagnose(self.measured)
+        if not self.quiet:
+            from .text import render
+
+            print(render(self.measured, self.findings))
+        return self.findings
+
+    # --- the what-ifs ------------------------------------------------------------------------
+    def _trials(self, s: Session) -> list[Window]:
+        if not self.what_if:
+            return []
+        m = s.measured(self.batch, loader_settings(self.loader), self.loader.num_workers)
+        out: list[Window] = []
+        if rules.input_bound(m) and self.loader.num_workers < m.cores:
+            k = m.cores
+            out += s.trial("workers", lambda: self._use(rebuild(self.loader, num_workers=k)),
+                           self._restore, self.batch, warmup=2 + 2 * k)
+        if rules.overhead_bound(m) or rules.device_idle(m):
+            b = 2 * (self.batch or 1)
+            out += s.trial("batch x2", lambda: self._use(rebuild(self.loader, batch_size=b)),
+                           self._restore, b)
+        if rules.oversubscribed(m):
+            before = torch.get_num_threads()
+            out += s.trial("threads", lambda: torch.set_num_threads(m.fair_threads()),
+                           lambda: torch.set_num_threads(before), self.batch)
+        return out
+
+    def _use(self, loader: DataLoader) -> None:
+        self.source = loader
+
+    def _restore(self) -> None:
+        self.source = self.loader
+
+
+def batch_size(loader: DataLoader) -> int | None:
+    """Samples per batch: the loader's, or its sampler's when the sampler makes the batches."""
+    if loader.batch_size is not None:
+        return loader.batch_size
+    return getattr(loader.sampler, "batch_size", None)
+
+
+def loader_settings(loader: DataLoader) -> dict:
+    return {"num_workers": loader.num_workers, "pin_memory": loader.pin_memory,
+            "persistent_workers": loader.persistent_workers, "batch_size": batch_size(loader)}
+
+
+def rebuild(loader: DataLoader, **change: object) -> DataLoader:
+    """The learner's loader with some settings changed (same data set, collate, drop_last)."""
+    kw = dict(batch_size=loader.batch_size, shuffle=False, num_workers=loader.num_workers,
+              collate_fn=loader.collate_fn, pin_memory=loader.pin_memory, drop_last=loader.drop_last)
+    size = change.pop("batch_size", None)
+    if loader.batch_size is None and size is not None:  # the sampler makes the batches
+        s = loader.sampler
+        kw["sampler"] = type(s)(s.sampler, size, s.drop_last)
+    elif size is not None:
+        kw["batch_size"] = size
+    kw.update(change)
+    if kw["num_workers"]:
+        kw["persistent_workers"] = True
+    return DataLoader(loader.dataset, **kw)
+
+
+def watch(loader: DataLoader, *, timed: int = 8, trial_steps: int = 4, what_if: bool = True,
+          quiet: bool = False) -> Watch:
+    """Watch a training loop over `loader`: `for batch in doctor.watch(loader): ...`.
+
+    timed: steps timed with nothing but a clock; trial_steps: steps timed per what-if;
+    what_if: try the fixes on the loop itself (a rebuilt loader, twice the batch, fewer
+    threads); quiet: do not print the diagnosis (read `.findings`)."""
+    return Watch(loader, timed=timed, trial_steps=trial_steps, what_if=what_if, quiet=quiet)

@@ -1,0 +1,217 @@
+"""The bottleneck doctor: each constructed bottleneck is named, the fine loop gets no false
+finding, each threshold is tested on both sides, and the engine's step counting holds up
+(a second optimizer, LBFGS, no optimizer at all)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image, ImageFilter
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, TensorDataset
+
+from helpers import doctor
+from helpers.doctor import rules
+from helpers.doctor.counting import OpCounter
+from helpers.doctor.session import Session, cores
+
+
+@pytest.fixture(autouse=True)
+def _threads():
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+class Blurred(Dataset):
+    """Heavy per-sample work on the CPU: upsize and blur an image in PIL."""
+
+    def __init__(self, n: int = 256, size: int = 128) -> None:
+        rng = np.random.default_rng(0)
+        self.images = rng.integers(0, 255, (n, 16, 16), dtype=np.uint8)
+        self.size = size
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, i: int):
+        img = Image.fromarray(self.images[i]).resize((self.size, self.size), Image.BICUBIC)
+        img = img.filter(ImageFilter.GaussianBlur(3))
+        return torch.from_numpy(np.asarray(img, dtype=np.float32) / 255)[None], i % 10
+
+
+def batched(n: int, d: int, batch: int) -> DataLoader:
+    """Tensors fetched a whole batch at a time (one indexing op, no per-sample collate)."""
+    ds = TensorDataset(torch.randn(n, d), torch.randint(0, 10, (n,)))
+    return DataLoader(ds, sampler=BatchSampler(RandomSampler(ds), batch, drop_last=True), batch_size=None)
+
+
+def train(loader, net, *, read_every_step: bool = False, **kw) -> doctor.Watch:
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    w = doctor.watch(loader, quiet=True, **kw)
+    for X, y in w:
+        loss = F.cross_entropy(net(X), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if read_every_step:
+            assert loss.item() == loss.item()  # a read of the loss every step
+    return w
+
+
+def tiny_ops_net(depth: int = 40, width: int = 16) -> nn.Module:
+    return nn.Sequential(*[m for _ in range(depth) for m in (nn.Linear(width, width), nn.ReLU())],
+                         nn.Linear(width, 10))
+
+
+def kinds(w: doctor.Watch) -> list[str]:
+    return [f.kind for f in w.findings]
+
+
+def test_input_bound_loop_is_named_and_its_workers_trial_measured():
+    net = nn.Sequential(nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(4, 10))
+    w = train(DataLoader(Blurred(), batch_size=8), net, timed=4, trial_steps=3)
+    assert kinds(w)[0] == "input-bound", w.findings
+    if cores() > 1:
+        assert w.findings[0].predicted_speedup is not None and "workers" in w.measured.trials
+
+
+def test_overhead_bound_loop_is_named_with_a_batch_trial():
+    torch.set_num_threads(1)
+    w = train(batched(2048, 16, 4), tiny_ops_net(), timed=4, trial_steps=3)
+    assert kinds(w)[0] == "overhead-bound", w.findings
+    assert w.findings[0].predicted_speedup > 1  # twice the batch, nearly the same step time
+
+
+def test_fine_loop_gets_no_false_finding():
+    torch.set_num_threads(1)
+    net = nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 10))
+    w = train(batched(4096, 512, 256), net, timed=4)
+    assert kinds(w) == ["compute-bound"], w.findings
+    assert "of this machine's measured matmul rate" in w.findings[0].evidence
+
+
+def test_sync_on_a_cpu_is_counted_not_costed():
+    torch.set_num_threads(1)
+    net = nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 10))
+    w = train(batched(4096, 512, 256), net, timed=4, read_every_step=True)
+    sync = next(f for f in w.findings if f.kind == "sync-bound")
+    assert sync.share is None and "would synchronise on a GPU" in sync.evidence
+    assert w.measured.sync_ops == {"_local_scalar_dense": 2}
+    assert w.findings[-1] is sync or w.findings[-1].share is None  # ranked below measured costs
+
+
+def test_oversubscribed_threads_are_named():
+    torch.set_num_threads(cores() + 2)
+    net = nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
+    w = train(batched(4096, 256, 64), net, timed=3, trial_steps=3)
+    f = next(f for f in w.findings if f.kind == "oversubscribed-threads")
+    assert f.fix == f"torch.set_num_threads({cores()})" and "threads" in w.measured.trials
+    assert torch.get_num_threads() == cores() + 2  # the trial gave the threads back
+
+
+def test_only_the_first_optimizer_counts_and_lbfgs_steps_once():
+    a, b = nn.Linear(4, 1), nn.Linear(4, 1)
+    first, second = torch.optim.SGD(a.parameters(), lr=0.1), torch.optim.Adam(b.parameters())
+    lbfgs = torch.optim.LBFGS(a.parameters(), max_iter=5)
+    s = Session(warmup=1, timed=3, profiled=1, counted=1).start()
+    try:
+        for _ in range(3):
+            first.step()
+            second.step()  # a GAN's second optimizer: ignored
+        assert s.steps == 3
+    finally:
+        s.close()
+    x = torch.randn(8, 4)
+
+    def closure():
+        lbfgs.zero_grad()
+        loss = a(x).pow(2).mean()
+        loss.backward()
+        return loss
+
+    s = Session(warmup=1, timed=3, profiled=1, counted=1).start()
+    try:
+        for _ in range(2):
+            lbfgs.step(closure)
+        assert s.steps == 2  # the closure ran several times per step
+    finally:
+        s.close()
+
+
+def test_a_loop_without_optimizer_step_gets_a_clear_error():
+    w = doctor.watch(batched(64, 4, 2), quiet=True)
+    with pytest.raises(RuntimeError, match="no optimizer step"):
+        for _ in w:
+            pass
+
+
+def test_counter_sees_item_bool_and_nonzero_but_not_cpu():
+    x = torch.randn(16)
+    with OpCounter() as c:
+        x.sum().item()
+        bool(x[0] > 0)
+        x.nonzero()
+        x.cpu(), x.tolist(), x.numpy()
+    assert c.syncs == {"_local_scalar_dense": 2, "nonzero": 1}
+
+
+def test_bad_input_names_the_parameter():
+    with pytest.raises(TypeError, match="watch: loader must be a torch.utils.data.DataLoader"):
+        doctor.watch([1, 2, 3])
+    with pytest.raises(ValueError, match="watch: timed must be an int >= 3, got 1"):
+        doctor.watch(batched(64, 4, 2), timed=1)
+
+
+# --- each threshold, just either side ------------------------------------------------------
+
+def m(**kw) -> rules.Measured:
+    base = dict(device="cpu", step_s=0.010, steps=20, batch_size=32, cores=2, threads=2)
+    return rules.Measured(**{**base, **kw})
+
+
+@pytest.mark.parametrize("rule, below, above", [
+    (rules.input_bound, dict(wait_s=0.010 * (rules.INPUT_WAIT_SHARE - 0.001)),
+     dict(wait_s=0.010 * (rules.INPUT_WAIT_SHARE + 0.001))),
+    (rules.overhead_bound, dict(ops_per_step=100, dispatch_s=0.010 * (rules.OVERHEAD_SHARE - 0.001) / 100),
+     dict(ops_per_step=100, dispatch_s=0.010 * (rules.OVERHEAD_SHARE + 0.001) / 100)),
+    (rules.sync_bound, dict(syncs_per_step=rules.SYNCS_PER_STEP - 0.5),
+     dict(syncs_per_step=rules.SYNCS_PER_STEP)),
+    (rules.sync_bound, dict(device="cuda", syncs_per_step=2, stall_s=0.010 * (rules.SYNC_STALL_SHARE - 0.001)),
+     dict(device="cuda", syncs_per_step=2, stall_s=0.010 * (rules.SYNC_STALL_SHARE + 0.001))),
+    (rules.device_idle, dict(device="cuda", busy=rules.LOW_BUSY + 0.001),
+     dict(device="cuda", busy=rules.LOW_BUSY - 0.001)),
+    (rules.memory_tight, dict(memory_peak=rules.MEMORY_PEAK_SHARE - 0.001, memory_total=1.0),
+     dict(memory_peak=rules.MEMORY_PEAK_SHARE + 0.001, memory_total=1.0)),
+    (rules.oversubscribed, dict(threads=2, workers=0), dict(threads=3, workers=0)),
+    (rules.oversubscribed, dict(threads=1, workers=1), dict(threads=2, workers=1)),
+])
+def test_threshold_either_side(rule, below, above):
+    assert rule(m(**below)) is None
+    assert rule(m(**above)) is not None
+
+
+def test_ranking_puts_measured_costs_first_and_compute_bound_only_alone():
+    found = rules.diagnose(m(wait_s=0.002, syncs_per_step=3, sync_ops={"_local_scalar_dense": 3},
+                             ops_per_step=1000, dispatch_s=5e-6))
+    assert [f.kind for f in found] == ["overhead-bound", "input-bound", "sync-bound"]
+    assert [f.kind for f in rules.diagnose(m(wait_s=0.0001))] == ["compute-bound"]
+
+
+def test_what_if_predicts_throughput():
+    f = rules.overhead_bound(m(ops_per_step=1000, dispatch_s=5e-6,
+                               trials={"batch x2": rules.Trial("batch x2", 64 / 0.012, 0.012)}))
+    assert f.predicted_speedup == pytest.approx((64 / 0.012) / (32 / 0.010))
+    assert f.predicted_samples_per_s == pytest.approx(64 / 0.012)
+
+
+def test_report_text_and_json_schema():
+    mm = m(wait_s=0.005)
+    found = rules.diagnose(mm)
+    d = rules.as_dict(mm, found)
+    assert set(d) == {"measured", "findings"}
+    assert set(d["findings"][0]) >= {"kind", "evidence", "share", "fix", "notebook"}
+    text = doctor.render(mm, found)
+    assert "input-bound" in text and "02_dataloader_workers.ipynb" in text

@@ -1,0 +1,82 @@
+"""`python -m helpers.doctor`: runs a script it did not write, stops it after its steps, prints
+the same diagnosis as the in-notebook form, and leaves no process behind."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TINY_OPS = """
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset
+
+torch.set_num_threads(1)
+ds = TensorDataset(torch.randn(4096, 16), torch.randint(0, 10, (4096,)))
+loader = DataLoader(ds, sampler=BatchSampler(RandomSampler(ds), 4, drop_last=True), batch_size=None)
+net = nn.Sequential(*[m for _ in range(40) for m in (nn.Linear(16, 16), nn.ReLU())], nn.Linear(16, 10))
+opt = torch.optim.SGD(net.parameters(), lr=0.01)
+for epoch in range(1000):  # far more steps than the doctor needs: it stops the script
+    for X, y in loader:
+        loss = F.cross_entropy(net(X), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+print("the script ran to its end")
+"""
+
+
+def doctor(tmp_path: Path, source: str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(source))
+    return subprocess.run([sys.executable, "-m", "helpers.doctor", *args, str(script)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def _no_leftovers():
+    mine = [p for p in psutil.Process().children(recursive=True)]
+    assert not mine, f"processes left behind: {mine}"
+
+
+@pytest.mark.timeout(300)
+def test_cli_names_the_overhead_bound_script_and_stops_it(tmp_path):
+    r = doctor(tmp_path, TINY_OPS, "--steps", "14", "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "the script ran to its end" not in r.stdout
+    out = json.loads(r.stdout)
+    assert out["findings"][0]["kind"] == "overhead-bound"
+    assert out["measured"]["steps"] <= 14
+    _no_leftovers()
+
+
+@pytest.mark.timeout(120)
+def test_cli_says_when_there_is_no_optimizer_step(tmp_path):
+    r = doctor(tmp_path, "import torch\nprint(torch.ones(2).sum())\n")
+    assert r.returncode == 2 and "no optimizer step seen" in r.stderr
+
+
+@pytest.mark.timeout(120)
+def test_cli_says_when_the_script_fails(tmp_path):
+    r = doctor(tmp_path, "raise ValueError('broken on purpose')\n")
+    assert r.returncode == 2 and "the script failed: ValueError: broken on purpose" in r.stderr
+
+
+@pytest.mark.timeout(120)
+def test_cli_ends_a_hanging_script_at_the_timeout(tmp_path):
+    r = doctor(tmp_path, "import time\nwhile True:\n    time.sleep(0.1)\n", "--timeout", "3")
+    assert r.returncode == 3 and "ran past --timeout 3 s" in r.stderr
+    _no_leftovers()
+
+
+def test_cli_refuses_bad_options(tmp_path):
+    r = doctor(tmp_path, "pass\n", "--steps", "3")
+    assert r.returncode == 2 and "--steps must be an int >= 12, got 3" in r.stderr
