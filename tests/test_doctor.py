@@ -28,7 +28,7 @@ def _threads():
 class Blurred(Dataset):
     """Heavy per-sample work on the CPU: upsize and blur an image in PIL."""
 
-    def __init__(self, n: int = 256, size: int = 128) -> None:
+    def __init__(self, n: int = 256, size: int = 256) -> None:
         rng = np.random.default_rng(0)
         self.images = rng.integers(0, 255, (n, 16, 16), dtype=np.uint8)
         self.size = size
@@ -71,6 +71,7 @@ def kinds(w: doctor.Watch) -> list[str]:
 
 
 def test_input_bound_loop_is_named_and_its_workers_trial_measured():
+    torch.set_num_threads(1)
     net = nn.Sequential(nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(4, 10))
     w = train(DataLoader(Blurred(), batch_size=8), net, timed=4, trial_steps=3)
     assert kinds(w)[0] == "input-bound", w.findings
@@ -205,6 +206,13 @@ def test_what_if_predicts_throughput():
                                trials={"batch x2": rules.Trial("batch x2", 64 / 0.012, 0.012)}))
     assert f.predicted_speedup == pytest.approx((64 / 0.012) / (32 / 0.010))
     assert f.predicted_samples_per_s == pytest.approx(64 / 0.012)
+
+
+def test_a_fix_that_measured_slower_is_ranked_last_and_says_so():
+    slower = {"workers": rules.Trial("workers", 32 / 0.020, 0.020)}
+    found = rules.diagnose(m(wait_s=0.002, trials=slower))
+    assert [f.kind for f in found] == ["compute-bound", "input-bound"]
+    assert "made it slower (0.50x)" in found[1].evidence
 
 
 def test_report_text_and_json_schema():

@@ -198,12 +198,20 @@ def compute_bound(m: Measured) -> Finding:
                    NOTEBOOKS["compute-bound"], rule="no rule above fired")
 
 
+def refuted(f: Finding) -> bool:
+    """The fix was tried on the loop and made it slower: the rule fired, the measurement says no."""
+    return f.predicted_speedup is not None and f.predicted_speedup < 1.0
+
+
 def diagnose(m: Measured) -> list[Finding]:
-    """The findings, ranked: measured costs by share, then counted ones."""
+    """The findings, ranked: measured costs by share, then counted ones, then the refuted."""
     found = [f for rule in RULES if (f := rule(m)) is not None]
-    if not any(f.share is not None for f in found):
+    for f in filter(refuted, found):
+        f.evidence += (f"; but the fix, tried on this loop, made it slower ({f.predicted_speedup:.2f}x):"
+                       " it does not pay here")
+    if not any(f.share is not None and not refuted(f) for f in found):
         found.append(compute_bound(m))
-    return sorted(found, key=lambda f: (f.share is None, -(f.share or 0.0)))
+    return sorted(found, key=lambda f: (refuted(f), f.share is None, -(f.share or 0.0)))
 
 
 def as_dict(m: Measured, findings: list[Finding]) -> dict:
