@@ -54,7 +54,7 @@ helpers.doctor: the bottleneck doctor, a product of its own (`doctor.watch(loade
   counting        the dispatch-level counter: ops, syncs, the hot ops' dtypes
   profiled        reading the windows (torch.profiler, the counter) and this machine's rates
   rules           thresholds with their sources, findings ranked by share of step time
-  watch           the in-notebook form, and its measured what-ifs
+  watcher         the in-notebook form, `watch(loader)`, and its measured what-ifs
   text            the diagnosis in words
   cli             the shell form: a script run unmodified, stopped, and cleaned up
 """

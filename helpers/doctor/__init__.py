@@ -12,11 +12,19 @@ From a shell (the script unmodified, stopped after its steps)::
 
 Modules: session (the engine: windows of optimizer steps), counting (the dispatch-level
 counter), profiled (reading the windows and the machine's rates), rules (thresholds and
-findings), watch (the in-notebook form), text (the words), cli (the shell form).
+findings), watcher (the in-notebook form), text (the words), cli (the shell form).
 """
 
-from .rules import Finding, Measured, diagnose
-from .text import render
-from .watch import Watch, watch
+from importlib import import_module
 
 __all__ = ["Finding", "Measured", "Watch", "diagnose", "render", "watch"]
+_WHERE = {"Finding": "rules", "Measured": "rules", "diagnose": "rules", "render": "text",
+          "Watch": "watcher", "watch": "watcher"}
+
+
+def __getattr__(name: str) -> object:
+    """Imported on first use, so `python -m helpers.doctor` starts without importing torch
+    (only the script's own process needs it)."""
+    if name in _WHERE:
+        return getattr(import_module(f".{_WHERE[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -23,12 +23,12 @@ import tempfile
 import threading
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 
-from . import rules
-from .session import Session, Stop
-from .text import render
+if TYPE_CHECKING:
+    from .session import Session
 
 MIN_STEPS = 12  # warm-up 2, timed >= 3 (+ margin), profiled 2, counted 2
 PROCESSES = ("the script started processes of its own ({}): the doctor watches only the process "
@@ -103,7 +103,11 @@ def _watch_children(seen: set[str], stop: threading.Event) -> None:
 
 def child(out: Path, steps: int, script: str, args: list[str]) -> None:
     """Run `script` under the doctor's hook and write the diagnosis (or the reason) to `out`."""
-    session = Session(timed=max(3, steps - 10), trials=_threads_trial, on_done=_stop)
+    from .session import Session, Stop  # torch: only in the script's process
+
+    # --steps bounds the run: windows counted in steps only (the notebook form also asks for time)
+    session = Session(timed=max(3, steps - 12), seconds=0.0, on_done=_stop,
+                      trials=lambda s: _threads_trial(s, steps))
     seen: set[str] = set()
     stop = threading.Event()
     threading.Thread(target=_watch_children, args=(seen, stop), daemon=True).start()
@@ -128,6 +132,9 @@ def child(out: Path, steps: int, script: str, args: list[str]) -> None:
 
 
 def _result(session: Session, error: str | None, seen: set[str]) -> dict:
+    from . import rules
+    from .text import render
+
     if session.steps == 0 and error is None:
         error = ("no optimizer step seen: the doctor counts steps of a torch.optim optimizer "
                  "(optimizer.step()), and the script took none")
@@ -146,15 +153,20 @@ def _result(session: Session, error: str | None, seen: set[str]) -> dict:
 
 
 def _stop() -> None:
+    from .session import Stop
+
     raise Stop
 
 
-def _threads_trial(s: Session) -> list:
-    """The one what-if a script allows from outside: the steps with a fair number of threads."""
+def _threads_trial(s: Session, steps: int) -> list:
+    """The one what-if a script allows from outside: the steps with a fair number of threads
+    (when --steps leaves room for its warm-up and timed steps)."""
     import torch
 
+    from . import rules
+
     m = s.measured()
-    if not rules.oversubscribed(m):
+    if not rules.oversubscribed(m) or s.steps + 2 + s.trial_steps > steps:
         return []
     before = torch.get_num_threads()
     return s.trial("threads", lambda: torch.set_num_threads(m.fair_threads()),

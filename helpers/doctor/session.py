@@ -38,6 +38,7 @@ class Window:
     enter: Callable[[], None] | None = None
     exit: Callable[[], None] | None = None
     batch: int | None = None  # samples per step in a trial (the loop's own when None)
+    seconds: float = 0.0  # and at least this long: short steps need many for a steady median
     times: list[float] = field(default_factory=list)
     waits: list[float] = field(default_factory=list)
     t0: float = 0.0
@@ -62,9 +63,11 @@ class Session:
     """Counts steps of the first optimizer and moves them through the windows."""
 
     def __init__(self, *, warmup: int = 2, timed: int = 8, profiled: int = 2, counted: int = 2,
-                 trial_steps: int = 4, trials: Callable[[Session], list[Window]] | None = None,
+                 trial_steps: int = 4, seconds: float = 0.3,
+                 trials: Callable[[Session], list[Window]] | None = None,
                  on_done: Callable[[], None] | None = None) -> None:
-        self.windows = [Window("warmup", warmup), Window("timed", timed),
+        self.seconds = seconds
+        self.windows = [Window("warmup", warmup), Window("timed", timed, seconds=seconds),
                         Window("profiled", profiled, self._start_profiler, self._stop_profiler),
                         Window("counted", counted, self._start_counting, self._stop_counting)]
         self.trial_steps, self.plan_trials, self.on_done = trial_steps, trials, on_done
@@ -109,7 +112,7 @@ class Session:
         w.times.append(now - self.last)
         w.waits.append(self.wait)
         self.steps, self.wait = self.steps + 1, 0.0
-        if len(w.times) >= w.steps:
+        if len(w.times) >= w.steps and now - w.t0 >= w.seconds:
             self._next_window(w)
         self.last = time.perf_counter()  # the instruments' own start-up is in no step
 
@@ -136,7 +139,7 @@ class Session:
               batch: int | None, warmup: int = 2) -> list[Window]:
         """A what-if: `warmup` steps with the change made (not timed), then the timed steps."""
         return [Window(f"{name}:warmup", warmup, enter),
-                Window(name, self.trial_steps, None, exit, batch=batch)]
+                Window(name, self.trial_steps, None, exit, batch=batch, seconds=self.seconds)]
 
     # --- the instruments -------------------------------------------------------------------
     def _start_profiler(self) -> None:
@@ -168,7 +171,7 @@ class Session:
 
     # --- what the windows measured ---------------------------------------------------------
     def named(self, name: str) -> Window | None:
-        return next((w for w in self.windows if w.name == name and len(w.times) >= w.steps), None)
+        return next((w for w in self.windows if w.name == name and w.t1), None)
 
     def measured(self, batch_size: int | None = None, loader: dict | None = None,
                  workers: int | None = None) -> Measured:
@@ -187,7 +190,7 @@ class Session:
             m.wait_s = statistics.median(timed.waits)
         profiled.read(self, m)
         for w in self.windows[4:]:
-            if ":" not in w.name and len(w.times) >= w.steps:
+            if ":" not in w.name and w.t1:
                 step = statistics.median(w.times)
                 m.trials[w.name] = Trial(w.name, (w.batch or batch_size or 0) / step, step)
         return m

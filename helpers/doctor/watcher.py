@@ -118,9 +118,9 @@ def rebuild(loader: DataLoader, **change: object) -> DataLoader:
     kw = dict(batch_size=loader.batch_size, shuffle=False, num_workers=loader.num_workers,
               collate_fn=loader.collate_fn, pin_memory=loader.pin_memory, drop_last=loader.drop_last)
     size = change.pop("batch_size", None)
-    if loader.batch_size is None and size is not None:  # the sampler makes the batches
-        s = loader.sampler
-        kw["sampler"] = type(s)(s.sampler, size, s.drop_last)
+    if loader.batch_size is None:  # the sampler makes the batches: keep it, resized if asked
+        smp = loader.sampler
+        kw["sampler"] = smp if size is None else type(smp)(smp.sampler, size, smp.drop_last)
     elif size is not None:
         kw["batch_size"] = size
     kw.update(change)
