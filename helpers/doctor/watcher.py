@@ -22,7 +22,7 @@ class Watch:
     """Iterate it like the loader; the diagnosis is printed when the loop ends (`.findings`)."""
 
     def __init__(self, loader: DataLoader, *, timed: int = 8, trial_steps: int = 4,
-                 what_if: bool = True, quiet: bool = False) -> None:
+                 seconds: float = 0.3, what_if: bool = True, quiet: bool = False) -> None:
         if not isinstance(loader, DataLoader):
             raise TypeError(f"watch: loader must be a torch.utils.data.DataLoader, got "
                             f"{type(loader).__name__}")
@@ -30,7 +30,10 @@ class Watch:
             raise ValueError(f"watch: timed must be an int >= 3, got {timed!r}")
         self.loader, self.what_if, self.quiet = loader, what_if, quiet
         self.batch = batch_size(loader)
-        self.session = Session(timed=timed, trial_steps=trial_steps, trials=self._trials)
+        if not isinstance(seconds, int | float) or isinstance(seconds, bool) or not 0 <= seconds < 3600:
+            raise ValueError(f"watch: seconds must be a number of seconds in [0, 3600), got {seconds!r}")
+        self.session = Session(timed=timed, trial_steps=trial_steps, seconds=float(seconds),
+                               trials=self._trials)
         self.source: DataLoader = loader
         self.measured: rules.Measured | None = None
         self.findings: list[rules.Finding] = []
@@ -129,11 +132,13 @@ def rebuild(loader: DataLoader, **change: object) -> DataLoader:
     return DataLoader(loader.dataset, **kw)
 
 
-def watch(loader: DataLoader, *, timed: int = 8, trial_steps: int = 4, what_if: bool = True,
-          quiet: bool = False) -> Watch:
+def watch(loader: DataLoader, *, timed: int = 8, trial_steps: int = 4, seconds: float = 0.3,
+          what_if: bool = True, quiet: bool = False) -> Watch:
     """Watch a training loop over `loader`: `for batch in doctor.watch(loader): ...`.
 
     timed: steps timed with nothing but a clock; trial_steps: steps timed per what-if;
+    seconds: the least time each timed window lasts (short steps need many for a steady median);
     what_if: try the fixes on the loop itself (a rebuilt loader, twice the batch, fewer
     threads); quiet: do not print the diagnosis (read `.findings`)."""
-    return Watch(loader, timed=timed, trial_steps=trial_steps, what_if=what_if, quiet=quiet)
+    return Watch(loader, timed=timed, trial_steps=trial_steps, seconds=seconds, what_if=what_if,
+                 quiet=quiet)

@@ -1,0 +1,103 @@
+"""The bottleneck doctor's two bars, as ratios measured in one run:
+
+- its prediction: on notebook 13's broken loops (input-bound, overhead-bound), the speed-up its
+  what-if predicts for the top fix is within 25 % of the speed-up measured when the fix is
+  applied and the loop re-run (syncs counted on a CPU are not part of it: no cost is claimed);
+- its own cost: watching adds at most 10 % to the step time outside the counting window, on a
+  loop whose steps take >= 5 ms, from interleaved A/B pairs.
+
+Prediction and re-run are interleaved too, and the medians compared, so that a machine whose
+load drifts (other programs) moves both sides alike.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.data import DataLoader
+
+from helpers import doctor
+from tests.test_doctor import Blurred, batched, tiny_ops_net
+
+pytestmark = pytest.mark.benchmark
+PAIRS = 5
+PREDICTION_BAR = 0.25  # the doctor's promise: within 25 % of the re-measured speed-up
+OVERHEAD_BAR = 0.10  # watching costs at most 10 % of a >= 5 ms step
+MIN_STEP_S = 0.005
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny ops on a shared 2-core machine stall with 2 threads
+    yield
+    torch.set_num_threads(before)
+
+
+def fit(batches, net, steps: int | None = None) -> list[float]:
+    """The plain loop; returns each step's seconds (for the unwatched side of a pair)."""
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    times, t = [], time.perf_counter()
+    for i, (X, y) in enumerate(batches):
+        loss = F.cross_entropy(net(X), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        now = time.perf_counter()
+        times.append(now - t)
+        t = now
+        if steps is not None and i + 1 >= steps:
+            break
+    return times
+
+
+def watched(loader, net, **kw) -> doctor.Watch:
+    w = doctor.watch(loader, quiet=True, timed=6, **kw)
+    fit(w, net)
+    return w
+
+
+LOOPS = {
+    # name: (broken loader, model, the fix applied: a loader, the finding)
+    "input-bound": (lambda: DataLoader(Blurred(), batch_size=8),
+                    lambda: nn.Sequential(nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(4, 10)),
+                    lambda k: DataLoader(Blurred(), batch_size=8, num_workers=k, persistent_workers=True),
+                    "input-bound"),
+    "overhead-bound": (lambda: batched(4096, 16, 4), tiny_ops_net, lambda k: batched(4096, 16, 8),
+                       "overhead-bound"),
+}
+
+
+@pytest.mark.parametrize("name", list(LOOPS))
+def test_predicted_speedup_is_within_25_percent_of_the_rerun(name):
+    broken, model, fixed, kind = LOOPS[name]
+    predicted, measured = [], []
+    for _ in range(3):
+        w = watched(broken(), model())
+        f = next(f for f in w.findings if f.kind == kind)
+        predicted.append(f.predicted_speedup)
+        after = watched(fixed(w.measured.cores), model(), what_if=False)
+        measured.append(after.measured.samples_per_s / w.measured.samples_per_s)
+    p, m = statistics.median(predicted), statistics.median(measured)
+    print(f"{name}: predicted {p:.2f}x (runs {[round(x, 2) for x in predicted]}), "
+          f"re-run {m:.2f}x (runs {[round(x, 2) for x in measured]}): ratio {p / m:.2f}")
+    assert abs(p / m - 1) <= PREDICTION_BAR
+
+
+def test_watching_costs_at_most_10_percent_of_a_5ms_step():
+    net = nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 10))
+    plain, watched_s = [], []
+    fit(batched(4096, 512, 128), net, steps=5)  # warm-up
+    for _ in range(PAIRS):  # interleaved A/B pairs
+        plain.append(statistics.median(fit(batched(4096, 512, 128), net, steps=12)[2:]))
+        w = watched(batched(4096, 512, 128), net, what_if=False)
+        watched_s.append(w.measured.step_s)
+    a, b = statistics.median(plain), statistics.median(watched_s)
+    print(f"step {1e3 * a:.2f} ms plain, {1e3 * b:.2f} ms watched: +{100 * (b / a - 1):.1f} %")
+    assert a >= MIN_STEP_S, "the bar is about steps of 5 ms or more: make the loop heavier"
+    assert b / a <= 1 + OVERHEAD_BAR
