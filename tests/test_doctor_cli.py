@@ -11,6 +11,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+import torch
+
+from tests.test_doctor import batched, tiny_ops_net, train
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,14 +50,51 @@ def _no_leftovers():
     assert not mine, f"processes left behind: {mine}"
 
 
+SPAWNS = """
+import multiprocessing as mp
+import time
+
+import torch
+
+
+def train():
+    net = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    for _ in range(3):
+        net(torch.randn(2, 4)).sum().backward()
+        opt.step()
+    time.sleep(1)
+
+
+if __name__ == "__main__":
+    p = mp.get_context("fork").Process(target=train)
+    p.start()
+    p.join()
+"""
+
+
 @pytest.mark.timeout(300)
-def test_cli_names_the_overhead_bound_script_and_stops_it(tmp_path):
+def test_cli_names_the_overhead_bound_script_stops_it_and_agrees_with_the_notebook_form(tmp_path):
     r = doctor(tmp_path, TINY_OPS, "--steps", "14", "--json")
     assert r.returncode == 0, r.stderr[-2000:]
     assert "the script ran to its end" not in r.stdout
     out = json.loads(r.stdout)
     assert out["findings"][0]["kind"] == "overhead-bound"
     assert out["measured"]["steps"] <= 14
+    _no_leftovers()
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:  # the same loop in the notebook form: the same diagnosis
+        w = train(batched(4096, 16, 4), tiny_ops_net(), timed=4, what_if=False)
+    finally:
+        torch.set_num_threads(before)
+    assert w.findings[0].kind == out["findings"][0]["kind"]
+
+
+@pytest.mark.timeout(120)
+def test_cli_says_what_it_cannot_see_in_processes_the_script_starts(tmp_path):
+    r = doctor(tmp_path, SPAWNS)
+    assert r.returncode == 2 and "started processes of its own" in r.stderr, r.stderr[-2000:]
     _no_leftovers()
 
 
