@@ -187,6 +187,8 @@ def m(**kw) -> rules.Measured:
     (rules.memory_tight, dict(memory_peak=rules.MEMORY_PEAK_SHARE - 0.001, memory_total=1.0),
      dict(memory_peak=rules.MEMORY_PEAK_SHARE + 0.001, memory_total=1.0)),
     (rules.oversubscribed, dict(threads=2, workers=0), dict(threads=3, workers=0)),
+    (rules.no_tensor_cores, dict(device="cuda", tensor_cores_idle=True, hot_ops=[{"op": "mm bfloat16 contiguous"}]),
+     dict(device="cuda", tensor_cores_idle=True, hot_ops=[{"op": "mm float32 contiguous"}])),
     (rules.oversubscribed, dict(threads=1, workers=1), dict(threads=2, workers=1)),
 ])
 def test_threshold_either_side(rule, below, above):

@@ -145,6 +145,8 @@ def _result(session: Session, error: str | None, seen: set[str]) -> dict:
             m = session.measured()
         except RuntimeError as e:
             return {"error": error or str(e)}
+        m.unseen.append("DataLoader settings and their what-ifs: from outside a script the loader "
+                        "is not in hand (workers are counted as child processes; doctor.watch tries both)")
         if error:
             m.unseen.append(f"the script stopped early: {error}")
         findings = rules.diagnose(m)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode  # the documented home of modes
 
 # Ops that make the host wait for the device: a value read on the host, or a result whose size
 # depends on the data (nonzero, masked_select, unique).

@@ -62,6 +62,8 @@ def _from_profiler(prof: torch.profiler.profile, w: object, m: Measured) -> None
     if m.device == "cuda":
         m.busy = min(1.0, busy / window_us) if window_us > 0 else None
         m.stall_s = 1e-6 * stall / w.steps
+        m.tensor_cores_idle = (torch.cuda.get_device_capability() >= (7, 0)
+                               and torch.get_float32_matmul_precision() == "highest")
 
 
 def _memory(session: object, m: Measured) -> None:

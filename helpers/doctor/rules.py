@@ -18,9 +18,9 @@ LOW_BUSY = 0.50
 MEMORY_PEAK_SHARE = 0.90
 # Measured here: the ops a step dispatches times this machine's measured cost of dispatching one
 # tiny op; at 30 % of the step or more, the per-op overhead is what a bigger batch or fusion saves
-# (a compute-bound ResNet step measures ~1 %, a loop of tiny Linear layers ~60 % on a 2-core CPU).
+# (on the 2-core CPU: notebook 13's 1024-wide MLP < 1 %, its 40 tiny Linear layers 60-100 %).
 OVERHEAD_SHARE = 0.30
-# Measured here: a sync stall below 5 % of the step is noise beside the step (as for data wait).
+# The data-wait rule's 5 % (the TensorBoard advisor's), applied to the host's measured sync wait.
 SYNC_STALL_SHARE = 0.05
 # One read per step is what notebook 05 teaches to avoid (log every k steps instead).
 SYNCS_PER_STEP = 1.0
@@ -33,6 +33,7 @@ NOTEBOOKS = {
     "device-idle": "04_batch_size_and_accumulation.ipynb",
     "memory-tight": "06_device_placement.ipynb",
     "compute-bound": "07_mixed_precision.ipynb",
+    "no-tensor-cores": "07_mixed_precision.ipynb",
 }
 
 
@@ -66,6 +67,7 @@ class Measured:
     loader: dict | None = None
     hot_ops: list[dict] = field(default_factory=list)
     busy: float | None = None
+    tensor_cores_idle: bool = False  # a GPU with tensor cores, TF32 off ("highest" fp32 precision)
     stall_s: float | None = None
     memory_peak: float | None = None
     memory_total: float | None = None
@@ -183,7 +185,18 @@ def memory_tight(m: Measured) -> Finding | None:
                    "(the TensorBoard advisor's rule)")
 
 
-RULES = (input_bound, sync_bound, overhead_bound, oversubscribed, device_idle, memory_tight)
+def no_tensor_cores(m: Measured) -> Finding | None:
+    fp32 = [h["op"] for h in m.hot_ops if " float32 " in h["op"]]
+    if not (m.tensor_cores_idle and fp32):
+        return None
+    return Finding("no-tensor-cores", f"hot ops in float32 ({', '.join(fp32)}) with TF32 off on a "
+                   "GPU with tensor cores", None, "torch.autocast('cuda', dtype=torch.bfloat16), "
+                   "or torch.set_float32_matmul_precision('high')", NOTEBOOKS["no-tensor-cores"],
+                   rule="fp32 hot ops, TF32 off (the TensorBoard advisor's 0 % tensor-core rule)")
+
+
+RULES = (input_bound, sync_bound, overhead_bound, oversubscribed, device_idle, memory_tight,
+         no_tensor_cores)
 
 
 def compute_bound(m: Measured) -> Finding:
