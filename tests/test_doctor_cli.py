@@ -78,6 +78,7 @@ def test_cli_names_the_overhead_bound_script_stops_it_and_agrees_with_the_notebo
     r = doctor(tmp_path, TINY_OPS, "--steps", "14", "--json")
     assert r.returncode == 0, r.stderr[-2000:]
     assert "the script ran to its end" not in r.stdout
+    assert (tmp_path / "train.py").read_text() == textwrap.dedent(TINY_OPS)  # never modified
     out = json.loads(r.stdout)
     assert out["findings"][0]["kind"] == "overhead-bound"
     assert out["measured"]["steps"] <= 14
@@ -108,6 +109,7 @@ def test_cli_says_when_there_is_no_optimizer_step(tmp_path):
 def test_cli_says_when_the_script_fails(tmp_path):
     r = doctor(tmp_path, "raise ValueError('broken on purpose')\n")
     assert r.returncode == 2 and "the script failed: ValueError: broken on purpose" in r.stderr
+    _no_leftovers()
 
 
 @pytest.mark.timeout(120)
