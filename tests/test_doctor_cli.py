@@ -28,6 +28,7 @@ ds = TensorDataset(torch.randn(4096, 16), torch.randint(0, 10, (4096,)))
 loader = DataLoader(ds, sampler=BatchSampler(RandomSampler(ds), 4, drop_last=True), batch_size=None)
 net = nn.Sequential(*[m for _ in range(40) for m in (nn.Linear(16, 16), nn.ReLU())], nn.Linear(16, 10))
 opt = torch.optim.SGD(net.parameters(), lr=0.01)
+print("the script's own output")
 for epoch in range(1000):  # far more steps than the doctor needs: it stops the script
     for X, y in loader:
         loss = F.cross_entropy(net(X), y)
@@ -79,7 +80,8 @@ def test_cli_names_the_overhead_bound_script_stops_it_and_agrees_with_the_notebo
     assert r.returncode == 0, r.stderr[-2000:]
     assert "the script ran to its end" not in r.stdout
     assert (tmp_path / "train.py").read_text() == textwrap.dedent(TINY_OPS)  # never modified
-    out = json.loads(r.stdout)
+    out = json.loads(r.stdout)  # the JSON alone: the script's print went to stderr
+    assert "the script's own output" in r.stderr
     assert out["findings"][0]["kind"] == "overhead-bound"
     assert out["measured"]["steps"] <= 14
     _no_leftovers()

@@ -40,7 +40,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m helpers.doctor", description=__doc__.split("\n\n")[1])
     p.add_argument("--steps", type=int, default=30, help=f"optimizer steps to watch (>= {MIN_STEPS})")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds before the script is ended")
-    p.add_argument("--json", action="store_true", help="the diagnosis as JSON (schema above)")
+    p.add_argument("--json", action="store_true",
+                   help="the diagnosis as JSON on stdout (the script's own output: on stderr)")
     p.add_argument("script", help="the training script, run unmodified")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
     a = p.parse_args(argv)
@@ -59,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(tmp) / "diagnosis.json"
         cmd = [sys.executable, "-m", "helpers.doctor.cli", "--child", str(out), str(a.steps),
                a.script, *a.args]
-        child = subprocess.Popen(cmd, start_new_session=True)
+        # With --json, stdout is the JSON alone: the script's own output goes to stderr.
+        child = subprocess.Popen(cmd, start_new_session=True, stdout=sys.stderr if a.json else None)
         try:
             child.wait(timeout=a.timeout)
             result = json.loads(out.read_text()) if out.is_file() else {
