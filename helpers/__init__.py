@@ -49,4 +49,4 @@ records into it: `from helpers.suite import results`)
   lab             JupyterLab, started the way `make lab` starts it
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
