@@ -4,7 +4,8 @@ At the top: the machine, a count of verdicts by kind, and the claims ledger colo
 each claim with every notebook's verdict (disagreements flagged) and the rule behind it; then the
 capstone's waterfall; then each notebook's measurements, with a link to its executed copy
 rendered by nbconvert. Reference results committed from GPU runs stand beside this machine's.
-`build` gathers the data (tests check it); `to_markdown` and `to_html` only render it.
+`build` gathers the data (tests check it); `_view` lays it out for a report in a folder, and two
+jinja2 templates (`templates/report.md`, `templates/report.html`) render that one view.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import jinja2
 import pandas as pd
 
 from .. import paths
@@ -38,33 +40,6 @@ def _fmt(v: Any) -> str:
     if not isinstance(v, (int, float)) or isinstance(v, bool):
         return "" if v is None else str(v)
     return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
-
-
-def _cell(v: Any) -> str:
-    """Text for a Markdown table cell: a `|` in a name would end the cell, so it is escaped."""
-    return str(v).replace("|", "\\|").replace("\n", " ")
-
-
-def _run_lines(log: dict[str, Any]) -> list[str]:
-    """Which run this is and whether it is complete: a report never passes for a finished
-    run when it is not."""
-    if not log.get("state"):
-        return []
-    nbs = log.get("notebooks", {})
-    done = [n for n, r in nbs.items() if r.get("status") != "running"]
-    line = (f"**Run** `{log.get('run', '?')}`, started {log.get('started', '?')}, profile "
-            f"{log.get('profile', '?')} ({log.get('profile_reason', '')}): ")
-    state = log["state"]
-    if state == "running":
-        running = [n for n, r in nbs.items() if r.get("status") == "running"]
-        line += (f"**IN PROGRESS** - {len(done)} notebook(s) done"
-                 + (f", running {', '.join(running)}" if running else "") + "; this report is partial.")
-    elif state == "interrupted":
-        line += (f"**INTERRUPTED** by {log.get('stopped_by', 'a signal')} after {len(done)} notebook(s); "
-                 f"not run: {', '.join(log.get('not_run', [])) or 'none'}. This report is partial.")
-    else:
-        line += f"finished, {len(done)} notebook(s), ended {log.get('ended', '?')}."
-    return [line, ""]
 
 
 def _hardware_line(hw: dict[str, Any]) -> str:
@@ -154,193 +129,87 @@ def measurements_frame(r: dict[str, Any], ref_idx: dict) -> pd.DataFrame:
     return df if ref_idx else df.drop(columns="reference (GPU)")
 
 
-def _verdict_text(e: dict[str, Any]) -> str:
-    return e["verdict"] + (" (synthetic data)" if e.get("synthetic_data") else "")
+def _run_state(log: dict[str, Any]) -> dict[str, Any] | None:
+    """Which run this is and whether it is complete: a report never passes for a finished run
+    when it is not."""
+    if not log.get("state"):
+        return None
+    nbs = log.get("notebooks", {})
+    return {"run": log.get("run", "?"), "started": log.get("started", "?"), "profile": log.get("profile", "?"),
+            "reason": log.get("profile_reason", ""), "state": log["state"],
+            "done": sum(r.get("status") != "running" for r in nbs.values()),
+            "running": [n for n, r in nbs.items() if r.get("status") == "running"],
+            "stopped_by": log.get("stopped_by", "a signal"), "not_run": log.get("not_run", []),
+            "ended": log.get("ended", "?")}
 
 
-def _waterfall(rep: dict[str, Any]) -> str | None:
-    """The capstone's waterfall figure (path relative to the results folder), if it ran."""
-    for r in rep["notebooks"]:
-        for fig in r.get("figures", []):
-            if "waterfall" in fig:
-                return fig
-    return None
-
-
-def _executed_html(nb: str, notebooks_dir: Path) -> Path | None:
-    p = notebooks_dir / f"{nb}.html"
-    return p if p.exists() else None
-
-
-def _md_inline_to_html(line: str) -> str:
-    """**bold** and `code` of the run-state line, escaped (the HTML carries no Markdown)."""
-    text = html.escape(line)
-    text = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", text)
-    return re.sub(r"`(.+?)`", r"<code>\1</code>", text)
-
-
-def _rel(path: Path, report_dir: Path) -> str:
-    return Path(os.path.relpath(path, report_dir)).as_posix()
-
-
-# ----------------------------------------------------------------------------------- Markdown
-
-def to_markdown(rep: dict[str, Any], results_dir: Path, report_dir: Path | None = None,
-                notebooks_dir: Path | None = None) -> str:
-    """The plain-text companion of the HTML page; links and figures relative to `report_dir`
-    (default: the folder above `results_dir`, where `write` puts report.md)."""
+def _view(rep: dict[str, Any], results_dir: Path, report_dir: Path | None = None,
+         notebooks_dir: Path | None = None) -> dict[str, Any]:
+    """What both report files show, laid out for a report written into `report_dir` (default:
+    the folder above `results_dir`): links and figure paths relative to it."""
     results_dir = Path(results_dir)
     report_dir = Path(report_dir) if report_dir is not None else results_dir.parent
     notebooks_dir = Path(notebooks_dir) if notebooks_dir is not None else results_dir.parent / "notebooks"
-    out = ["# Feed the GPU - results on this machine", ""]
-    out += _run_lines(rep["run_log"])
-    if rep.get("problems"):
-        out += ["## Warning: results files that could not be read", ""]
-        out += [f"- {p}" for p in rep["problems"]] + [""]
-    if rep["hardware"]:
-        out += [f"**Machine:** {_hardware_line(rep['hardware'])}", ""]
-    for name, ref in rep["references"]:
-        if ref:
-            out.append(f"- Reference run `{name}`: {_hardware_line(ref[0]['hardware'])}, "
-                       f"profile {ref[0].get('profile')}, {str(ref[0].get('started', ''))[:10]}")
-    out += ["", "**Verdicts:** " + ", ".join(f"{k}: {n}" for k, n in rep["counts"].items()), "",
-            "## Claims ledger", ""]
-    for c in rep["ledger"]:
-        flag = " **(notebooks disagree)**" if c["disagree"] else ""
-        out.append(f"- **{c['claim']}** {c['text']}{flag}")
-        for e in c["entries"]:
-            fig = f": {e['figure']}" if e.get("figure") else ""
-            out.append(f"  - {e['notebook']}: *{_verdict_text(e)}*{fig}")
-        out.append(f"  - rule: {c['compares']}; threshold: {c['rule']}")
-        if c["reference"]:
-            ref = c["reference"]
-            out.append(f"  - reference ({ref['run']}): *{ref['verdict']}*: {ref['figure']}")
-    wf = _waterfall(rep)
-    if wf:
-        out += ["", "## The capstone's waterfall", "", f"![waterfall]({_rel(results_dir / wf, report_dir)})"]
+
+    def fig(rel: str) -> dict[str, Any]:
+        path = results_dir / rel
+        return {"stem": Path(rel).stem, "path": path, "rel": Path(os.path.relpath(path, report_dir)).as_posix()}
+
     ref_idx = _ref_index(rep["references"])
     runs = rep["run_log"].get("notebooks", {})
+    notebooks = []
     for r in rep["notebooks"]:
-        nb = r["notebook"]
-        log = runs.get(nb, {})
-        out += ["", f"## {nb}", ""]
-        status = f"profile {r.get('profile')}"
-        if log:
-            status += f", ran in {log.get('seconds', 0):.0f} s, {log.get('status')}"
-        executed = _executed_html(nb, notebooks_dir)
-        if executed:
-            status += f" ([executed notebook]({_rel(executed, report_dir)}))"
-        out.append(status)
-        for ds, info in r.get("data_sources", {}).items():
-            out.append(f"- data: {ds} - {'**SYNTHETIC** stand-in' if info['synthetic'] else 'real'} {info.get('detail', '')}")
-        df = measurements_frame(r, ref_idx)
-        if len(df):
-            out += ["", "```", df.to_string(index=False), "```"]
-        for fig in r.get("figures", []):
-            out += ["", f"![{Path(fig).stem}]({_rel(results_dir / fig, report_dir)})"]
-    failed = [n for n, v in runs.items() if v.get("status") != "ok"]
-    if failed:
-        out += ["", "## Notebooks that failed", ""] + [f"- {n}: {runs[n].get('error', '')}" for n in failed]
-    return "\n".join(out) + "\n"
+        log, executed = runs.get(r["notebook"], {}), notebooks_dir / f"{r['notebook']}.html"
+        table = measurements_frame(r, ref_idx)
+        notebooks.append({
+            "name": r["notebook"],
+            "status": f"profile {r.get('profile')}"
+                      + (f", ran in {log.get('seconds', 0):.0f} s, {log.get('status')}" if log else ""),
+            "executed": Path(os.path.relpath(executed, report_dir)).as_posix() if executed.exists() else None,
+            "data": [{"name": k, **v} for k, v in r.get("data_sources", {}).items()],
+            "table": table if len(table) else None,
+            "figures": [fig(f) for f in r.get("figures", [])]})
+    waterfall = next((f for r in rep["notebooks"] for f in r.get("figures", []) if "waterfall" in f), None)
+    ledger = [{**c, "entries": [{**e, "colour": COLOURS.get(e["kind"], NEEDS_COLOUR),
+                                 "shown": e["verdict"] + (" (synthetic data)" if e.get("synthetic_data") else "")}
+                                for e in c["entries"]]} for c in rep["ledger"]]
+    return {
+        "run": _run_state(rep["run_log"]), "problems": rep.get("problems", []),
+        "machine": _hardware_line(rep["hardware"]) if rep["hardware"] else None,
+        "references": [{"name": name, "machine": _hardware_line(ref[0]["hardware"]), "profile": ref[0].get("profile"),
+                        "date": str(ref[0].get("started", ""))[:10]} for name, ref in rep["references"] if ref],
+        "counts": [{"kind": k, "n": n, "colour": COLOURS.get(k, NEEDS_COLOUR)} for k, n in rep["counts"].items()],
+        "ledger": ledger, "with_refs": any(c["reference"] for c in ledger),
+        "waterfall": fig(waterfall) if waterfall else None, "notebooks": notebooks,
+        "failed": [(n, v.get("error", "")) for n, v in runs.items() if v.get("status") != "ok"],
+    }
 
 
-# --------------------------------------------------------------------------------------- HTML
-
-def _colour(kind: str) -> str:
-    return COLOURS.get(kind, NEEDS_COLOUR)
-
-
-def _img(path: Path, alt: str) -> str:
+def _img(figure: dict[str, Any]) -> str:
+    """HTML: a figure inlined into the page (the HTML report is one self-contained file)."""
     try:
-        data = base64.b64encode(path.read_bytes()).decode()
+        data = base64.b64encode(Path(figure["path"]).read_bytes()).decode()
     except OSError:
-        return f"<p>(missing figure {html.escape(path.name)})</p>"
-    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
+        return f"<p>(missing figure {html.escape(Path(figure['path']).name)})</p>"
+    return f'<img alt="{html.escape(figure["stem"])}" src="data:image/png;base64,{data}">'
 
 
-def _ledger_html(rep: dict[str, Any]) -> str:
-    with_refs = any(c["reference"] for c in rep["ledger"])
-    rows = []
-    for c in rep["ledger"]:
-        cells = []
-        for e in c["entries"]:
-            fig = f"<div class='fig'>{html.escape(e['figure'])}</div>" if e.get("figure") else ""
-            cells.append(f"<div class='v' style='background:{_colour(e['kind'])}'>"
-                         f"<b>{html.escape(e['notebook'])}</b>: {html.escape(_verdict_text(e))}{fig}</div>")
-        ref = c["reference"]
-        ref_txt = (f"{html.escape(ref['verdict'])}: {html.escape(ref['figure'])} ({html.escape(ref['run'])})"
-                   if ref else "")
-        flag = "<div class='disagree'>notebooks disagree</div>" if c["disagree"] else ""
-        rule = (f"<details><summary>rule</summary><div class='rule'>compares {html.escape(c['compares'])}; "
-                f"<i>threshold:</i> {html.escape(c['rule'])}</div></details>")
-        rows.append(f"<tr><td><b>{c['claim']}</b></td><td>{html.escape(c['text'])}{flag}{rule}</td>"
-                    f"<td>{''.join(cells)}</td>" + (f"<td>{ref_txt}</td>" if with_refs else "") + "</tr>")
-    return ("<table class='ledger'><tr><th>claim</th><th>the claim</th><th>verdict per notebook (this machine)</th>"
-            + ("<th>reference (GPU)</th>" if with_refs else "") + "</tr>" + "".join(rows) + "</table>")
+_TEMPLATES = jinja2.Environment(loader=jinja2.PackageLoader("helpers.suite", "templates"),
+                                autoescape=jinja2.select_autoescape(["html"]), trim_blocks=True,
+                                lstrip_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+_TEMPLATES.filters["img"] = _img
+
+
+def to_markdown(rep: dict[str, Any], results_dir: Path, report_dir: Path | None = None,
+                notebooks_dir: Path | None = None) -> str:
+    """The plain-text companion of the HTML page (see `_view` for the arguments)."""
+    return _TEMPLATES.get_template("report.md").render(_view(rep, results_dir, report_dir, notebooks_dir))
 
 
 def to_html(rep: dict[str, Any], results_dir: Path, report_dir: Path | None = None,
             notebooks_dir: Path | None = None) -> str:
-    """A self-contained page: figures inlined, tables from pandas, links relative to `report_dir`."""
-    results_dir = Path(results_dir)
-    report_dir = Path(report_dir) if report_dir is not None else results_dir.parent
-    notebooks_dir = Path(notebooks_dir) if notebooks_dir is not None else results_dir.parent / "notebooks"
-    e = html.escape
-    body = ["<h1>Feed the GPU: results on this machine</h1>"]
-    body += [f"<p class='run'>{_md_inline_to_html(line)}</p>" for line in _run_lines(rep["run_log"]) if line]
-    if rep.get("problems"):
-        body += ["<h2 class='warn'>Warning: results files that could not be read</h2>",
-                 "<ul>" + "".join(f"<li>{e(p)}</li>" for p in rep["problems"]) + "</ul>"]
-    if rep["hardware"]:
-        body.append(f"<p><b>Machine:</b> {e(_hardware_line(rep['hardware']))}</p>")
-    refs = [f"<li>Reference run <code>{e(name)}</code>: {e(_hardware_line(ref[0]['hardware']))}, profile "
-            f"{e(str(ref[0].get('profile')))}, {e(str(ref[0].get('started', ''))[:10])}</li>"
-            for name, ref in rep["references"] if ref]
-    if refs:
-        body.append("<ul>" + "".join(refs) + "</ul>")
-    body.append("<p class='counts'>" + " ".join(
-        f"<span style='background:{_colour(k)}'>{e(k)}: <b>{n}</b></span>" for k, n in rep["counts"].items())
-        + "</p>")
-    body += ["<h2>Claims ledger</h2>", _ledger_html(rep)]
-    wf = _waterfall(rep)
-    if wf:
-        body += ["<h2>The capstone's waterfall</h2>", f"<p>{_img(results_dir / wf, 'waterfall')}</p>"]
-    ref_idx = _ref_index(rep["references"])
-    runs = rep["run_log"].get("notebooks", {})
-    body.append("<h2>Each notebook's measurements</h2>")
-    for r in rep["notebooks"]:
-        nb = r["notebook"]
-        log = runs.get(nb, {})
-        body.append(f"<h3 id='{e(nb)}'>{e(nb)}</h3>")
-        status = f"profile {r.get('profile')}"
-        if log:
-            status += f", ran in {log.get('seconds', 0):.0f} s, {log.get('status')}"
-        executed = _executed_html(nb, notebooks_dir)
-        link = f" - <a href='{e(_rel(executed, report_dir))}'>executed notebook</a>" if executed else ""
-        body.append(f"<p>{e(status)}{link}</p>")
-        for ds, info in r.get("data_sources", {}).items():
-            kind = "<b class='syn'>SYNTHETIC</b> stand-in" if info["synthetic"] else "real"
-            body.append(f"<p>data: {e(ds)} - {kind} {e(info.get('detail', ''))}</p>")
-        df = measurements_frame(r, ref_idx)
-        if len(df):
-            body.append(df.to_html(index=False, border=0, classes="m", escape=True))
-        figs = "".join(_img(results_dir / f, Path(f).stem) for f in r.get("figures", []))
-        if figs:
-            body.append(f"<p class='figs'>{figs}</p>")
-    failed = [n for n, v in runs.items() if v.get("status") != "ok"]
-    if failed:
-        body += ["<h2>Notebooks that failed</h2>",
-                 "<ul>" + "".join(f"<li>{e(n)}: {e(runs[n].get('error', ''))}</li>" for n in failed) + "</ul>"]
-    style = ("body{font-family:sans-serif;max-width:1200px;margin:2em auto;color:#222;padding:0 1em}"
-             "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;"
-             "font-size:90%;vertical-align:top;text-align:left}th{background:#eee}"
-             ".ledger td:first-child{white-space:nowrap}.ledger td:nth-child(2){width:38%}.v{padding:2px 4px;margin:2px 0;border-radius:3px}"
-             ".fig{font-size:85%;color:#444}.rule{font-size:80%;color:#555}summary{font-size:80%;color:#555;cursor:pointer}"
-             ".disagree{color:#b00020;font-weight:bold;font-size:85%}"
-             ".counts span{padding:3px 8px;margin-right:6px;border-radius:3px;display:inline-block}"
-             ".syn{color:#b00020}.warn{color:#b00020}img{max-width:560px;margin:4px}")
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>Feed the GPU report</title>"
-            f"<style>{style}</style></head><body>{''.join(body)}</body></html>")
+    """A self-contained page: figures inlined, tables from pandas (see `_view` for the arguments)."""
+    return _TEMPLATES.get_template("report.html").render(_view(rep, results_dir, report_dir, notebooks_dir))
 
 
 def render_notebooks(notebooks_dir: Path) -> list[Path]:
