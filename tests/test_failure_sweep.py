@@ -237,6 +237,7 @@ CASES = [
     # --- profiles --------------------------------------------------------------------------
     case(profiles.resolve, ValueError, r"profile \(or \$FTG_PROFILE\) must be one of 'smoke', 'full', 'auto', got 'fast'", "fast"),
     case(profiles.resolve, TypeError, r"profile must be a string, one of smoke, full, auto; got 5", 5),
+    case(profiles.choose, ValueError, r"profile \(or \$FTG_PROFILE\) must be one of .* got 'fast'", "fast"),
     case(profiles.active, ValueError, r"profile \(or \$FTG_PROFILE\) must be one of 'smoke', 'full', 'auto', got 'tiny'", "tiny"),
     case(profiles.Profile, ValueError, r"name must be one of smoke, full .* got 'fast'", "fast"),
     case(profiles.Profile, ValueError, r"name must be one of smoke, full .* got 'auto'", "auto"),

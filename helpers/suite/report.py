@@ -1,11 +1,8 @@
-"""Turn recorded results into a report: `report.html` (self-contained, coloured) and `report.md`.
-
-At the top: the machine, a count of verdicts by kind, and the claims ledger coloured by verdict,
-each claim with every notebook's verdict (disagreements flagged) and the rule behind it; then the
-capstone's waterfall; then each notebook's measurements, with a link to its executed copy
-rendered by nbconvert. Reference results committed from GPU runs stand beside this machine's.
-`build` gathers the data (tests check it); `_view` lays it out for a report in a folder, and two
-jinja2 templates (`templates/report.md`, `templates/report.html`) render that one view.
+"""Turn recorded results into a report: `report.html` (self-contained, coloured) and `report.md`:
+the machine, verdict counts, the claims ledger (every notebook's verdict, disagreements flagged,
+the rule beside it), the capstone's waterfall, each notebook's measurements and its executed copy
+(nbconvert), beside reference results committed from GPU runs. `build` gathers the data (tests
+check it), `_view` lays it out for one folder, and two jinja2 templates in `templates/` render it.
 """
 
 from __future__ import annotations
@@ -29,11 +26,10 @@ from .claims import CLAIMS, RULES, VERDICT_KINDS, kind_of
 from .results import load_all
 
 NOT_RUN = "no verdict recorded"
-# colours by verdict kind (background of the verdict cell)
-COLOURS = {"holds": "#c8e6c9", "holds only when": "#fff3c4", "does not hold here": "#f8c8c8",
-           "advice": "#cfe3f7", NOT_RUN: "#eeeeee"}
-NEEDS_COLOUR = "#e4daf2"
 DECIDED = ("holds", "holds only when", "does not hold here", "advice")
+COLOURS = {"holds": "#c8e6c9", "holds only when": "#fff3c4", "does not hold here": "#f8c8c8",  # by kind
+           "advice": "#cfe3f7", NOT_RUN: "#eeeeee"}
+NEEDS_COLOUR = "#e4daf2"  # needs a GPU, the real data set, ...
 
 
 def _fmt(v: Any) -> str:
@@ -48,14 +44,6 @@ def _hardware_line(hw: dict[str, Any]) -> str:
             f"{gpus}; torch {hw.get('torch', '?')}")
 
 
-def _reference_sets(problems: list[str] | None = None) -> list[tuple[str, list[dict[str, Any]]]]:
-    """Committed GPU results: one folder per run under results/reference/."""
-    root = paths.reference_results_dir()
-    if not root.exists():
-        return []
-    return [(d.name, load_all(d, problems=problems)) for d in sorted(root.iterdir()) if d.is_dir()]
-
-
 def build(results: list[dict[str, Any]], run_log: dict[str, Any] | None = None,
           references: list[tuple[str, list[dict[str, Any]]]] | None = None,
           problems: list[str] | None = None) -> dict[str, Any]:
@@ -66,12 +54,14 @@ def build(results: list[dict[str, Any]], run_log: dict[str, Any] | None = None,
         raise TypeError("build: results must be a list of result dicts, as results.load_all() returns")
     problems = list(problems or [])
     own_problems = list(problems)  # this machine's files (reference files are added below)
-    references = _reference_sets(problems) if references is None else references
+    if references is None:  # committed GPU results: one folder per run under results/reference/
+        root = paths.reference_results_dir()
+        references = [(d.name, load_all(d, problems=problems)) for d in sorted(root.iterdir()) if d.is_dir()] \
+            if root.is_dir() else []
     ref_verdicts: dict[str, dict[str, Any]] = {}
     for name, ref in references:
-        for r in ref:
-            for v in r.get("verdicts", []):
-                ref_verdicts.setdefault(v["claim"], {**v, "run": name})
+        for v in (v for r in ref for v in r.get("verdicts", [])):
+            ref_verdicts.setdefault(v["claim"], {**v, "run": name})
     unreadable = {m.group(1) for m in (re.search(r"(\d\d)[^/]*\.json ", p) for p in own_problems) if m}
     ledger = []
     # which notebooks should have judged each claim (none named where no catalog is at hand:
@@ -89,30 +79,20 @@ def build(results: list[dict[str, Any]], run_log: dict[str, Any] | None = None,
             if e["verdict"] == NOT_RUN and e["notebook"][-2:] in unreadable:
                 e["verdict"] = "results file unreadable"
         decided = {e["kind"] for e in entries if e["kind"] in DECIDED}
-        ledger.append({
-            "claim": cid, "text": text, "notebooks": tested_in[cid], "entries": entries,
-            "disagree": len(decided) > 1,
-            "rule": RULES[cid].threshold, "compares": RULES[cid].compares,
-            "reference": ref_verdicts.get(cid),
-        })
+        ledger.append({"claim": cid, "text": text, "notebooks": tested_in[cid], "entries": entries,
+                       "disagree": len(decided) > 1, "rule": RULES[cid].threshold,
+                       "compares": RULES[cid].compares, "reference": ref_verdicts.get(cid)})
     counts = Counter(e["kind"] for c in ledger for e in c["entries"])
-    return {
-        "hardware": results[0]["hardware"] if results else None,
-        "notebooks": results,
-        "run_log": run_log or {},
-        "ledger": ledger,
-        "counts": {k: counts[k] for k in (*VERDICT_KINDS, NOT_RUN) if counts[k]},
-        "references": references,
-        "problems": problems,
-    }
+    return {"hardware": results[0]["hardware"] if results else None, "notebooks": results,
+            "run_log": run_log or {}, "ledger": ledger, "references": references, "problems": problems,
+            "counts": {k: counts[k] for k in (*VERDICT_KINDS, NOT_RUN) if counts[k]}}
 
 
 def _ref_index(references: list[tuple[str, list[dict[str, Any]]]]) -> dict[tuple[str, str], tuple[str, dict]]:
-    idx = {}
+    idx: dict[tuple[str, str], tuple[str, dict]] = {}
     for name, ref in references:
-        for r in ref:
-            for m in r.get("measurements", []):
-                idx.setdefault((r["notebook"], m["name"]), (name, m))
+        for nb, m in ((r["notebook"], m) for r in ref for m in r.get("measurements", [])):
+            idx.setdefault((nb, m["name"]), (name, m))
     return idx
 
 
@@ -130,59 +110,37 @@ def measurements_frame(r: dict[str, Any], ref_idx: dict) -> pd.DataFrame:
 
 
 def _run_state(log: dict[str, Any]) -> dict[str, Any] | None:
-    """Which run this is and whether it is complete: a report never passes for a finished run
-    when it is not."""
-    if not log.get("state"):
-        return None
+    """Which run, and whether it is complete: a partial report never passes for a finished one."""
     nbs = log.get("notebooks", {})
-    return {"run": log.get("run", "?"), "started": log.get("started", "?"), "profile": log.get("profile", "?"),
-            "reason": log.get("profile_reason", ""), "state": log["state"],
+    return {"run": "?", "started": "?", "profile": "?", "profile_reason": "", "stopped_by": "a signal",
+            "not_run": [], "ended": "?", **log,
             "done": sum(r.get("status") != "running" for r in nbs.values()),
-            "running": [n for n, r in nbs.items() if r.get("status") == "running"],
-            "stopped_by": log.get("stopped_by", "a signal"), "not_run": log.get("not_run", []),
-            "ended": log.get("ended", "?")}
+            "running": [n for n, r in nbs.items() if r.get("status") == "running"]} if log.get("state") else None
 
 
 def _view(rep: dict[str, Any], results_dir: Path, report_dir: Path | None = None,
-         notebooks_dir: Path | None = None) -> dict[str, Any]:
-    """What both report files show, laid out for a report written into `report_dir` (default:
-    the folder above `results_dir`): links and figure paths relative to it."""
+          notebooks_dir: Path | None = None) -> dict[str, Any]:
+    """`build`'s data laid out for a report written into `report_dir` (default: the folder above
+    `results_dir`): links and figure paths relative to it, measurements as pandas tables."""
     results_dir = Path(results_dir)
-    report_dir = Path(report_dir) if report_dir is not None else results_dir.parent
-    notebooks_dir = Path(notebooks_dir) if notebooks_dir is not None else results_dir.parent / "notebooks"
-
-    def fig(rel: str) -> dict[str, Any]:
-        path = results_dir / rel
-        return {"stem": Path(rel).stem, "path": path, "rel": Path(os.path.relpath(path, report_dir)).as_posix()}
-
-    ref_idx = _ref_index(rep["references"])
-    runs = rep["run_log"].get("notebooks", {})
+    report_dir, notebooks_dir = Path(report_dir or results_dir.parent), Path(notebooks_dir or results_dir.parent / "notebooks")
+    rel = lambda path: Path(os.path.relpath(path, report_dir)).as_posix()  # noqa: E731
+    figure = lambda f: {"stem": Path(f).stem, "path": results_dir / f, "rel": rel(results_dir / f)}  # noqa: E731
+    ref_idx, runs = _ref_index(rep["references"]), rep["run_log"].get("notebooks", {})
     notebooks = []
     for r in rep["notebooks"]:
-        log, executed = runs.get(r["notebook"], {}), notebooks_dir / f"{r['notebook']}.html"
-        table = measurements_frame(r, ref_idx)
-        notebooks.append({
-            "name": r["notebook"],
-            "status": f"profile {r.get('profile')}"
-                      + (f", ran in {log.get('seconds', 0):.0f} s, {log.get('status')}" if log else ""),
-            "executed": Path(os.path.relpath(executed, report_dir)).as_posix() if executed.exists() else None,
-            "data": [{"name": k, **v} for k, v in r.get("data_sources", {}).items()],
-            "table": table if len(table) else None,
-            "figures": [fig(f) for f in r.get("figures", [])]})
+        executed, table = notebooks_dir / f"{r['notebook']}.html", measurements_frame(r, ref_idx)
+        notebooks.append({**r, "log": runs.get(r["notebook"]), "table": table if len(table) else None,
+                          "executed": rel(executed) if executed.exists() else None,
+                          "figures": [figure(f) for f in r.get("figures", [])]})
     waterfall = next((f for r in rep["notebooks"] for f in r.get("figures", []) if "waterfall" in f), None)
-    ledger = [{**c, "entries": [{**e, "colour": COLOURS.get(e["kind"], NEEDS_COLOUR),
-                                 "shown": e["verdict"] + (" (synthetic data)" if e.get("synthetic_data") else "")}
-                                for e in c["entries"]]} for c in rep["ledger"]]
-    return {
-        "run": _run_state(rep["run_log"]), "problems": rep.get("problems", []),
-        "machine": _hardware_line(rep["hardware"]) if rep["hardware"] else None,
-        "references": [{"name": name, "machine": _hardware_line(ref[0]["hardware"]), "profile": ref[0].get("profile"),
-                        "date": str(ref[0].get("started", ""))[:10]} for name, ref in rep["references"] if ref],
-        "counts": [{"kind": k, "n": n, "colour": COLOURS.get(k, NEEDS_COLOUR)} for k, n in rep["counts"].items()],
-        "ledger": ledger, "with_refs": any(c["reference"] for c in ledger),
-        "waterfall": fig(waterfall) if waterfall else None, "notebooks": notebooks,
-        "failed": [(n, v.get("error", "")) for n, v in runs.items() if v.get("status") != "ok"],
-    }
+    return {**rep, "run": _run_state(rep["run_log"]), "notebooks": notebooks,
+            "machine": _hardware_line(rep["hardware"]) if rep["hardware"] else None,
+            "refs": [{"name": name, "machine": _hardware_line(ref[0]["hardware"]), "profile": ref[0].get("profile"),
+                      "date": str(ref[0].get("started", ""))[:10]} for name, ref in rep["references"] if ref],
+            "with_refs": any(c["reference"] for c in rep["ledger"]),
+            "waterfall": figure(waterfall) if waterfall else None,
+            "failed": [(n, v.get("error", "")) for n, v in runs.items() if v.get("status") != "ok"]}
 
 
 def _img(figure: dict[str, Any]) -> str:
@@ -196,20 +154,19 @@ def _img(figure: dict[str, Any]) -> str:
 
 _TEMPLATES = jinja2.Environment(loader=jinja2.PackageLoader("helpers.suite", "templates"),
                                 autoescape=jinja2.select_autoescape(["html"]), trim_blocks=True,
-                                lstrip_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
-_TEMPLATES.filters["img"] = _img
+                                lstrip_blocks=True,
+                                keep_trailing_newline=True)
+_TEMPLATES.filters.update(img=_img, colour=lambda kind: COLOURS.get(kind, NEEDS_COLOUR))
 
 
-def to_markdown(rep: dict[str, Any], results_dir: Path, report_dir: Path | None = None,
-                notebooks_dir: Path | None = None) -> str:
-    """The plain-text companion of the HTML page (see `_view` for the arguments)."""
-    return _TEMPLATES.get_template("report.md").render(_view(rep, results_dir, report_dir, notebooks_dir))
+def to_markdown(rep: dict[str, Any], *where: Path | None) -> str:
+    """The plain-text companion of the HTML page; `where`: `_view`'s folders."""
+    return _TEMPLATES.get_template("report.md").render(_view(rep, *where))
 
 
-def to_html(rep: dict[str, Any], results_dir: Path, report_dir: Path | None = None,
-            notebooks_dir: Path | None = None) -> str:
-    """A self-contained page: figures inlined, tables from pandas (see `_view` for the arguments)."""
-    return _TEMPLATES.get_template("report.html").render(_view(rep, results_dir, report_dir, notebooks_dir))
+def to_html(rep: dict[str, Any], *where: Path | None) -> str:
+    """A self-contained page: figures inlined, tables from pandas; `where`: `_view`'s folders."""
+    return _TEMPLATES.get_template("report.html").render(_view(rep, *where))
 
 
 def render_notebooks(notebooks_dir: Path) -> list[Path]:
@@ -224,49 +181,38 @@ def render_notebooks(notebooks_dir: Path) -> list[Path]:
     out = []
     for nb_path in sorted(Path(notebooks_dir).glob("*.ipynb")):
         target = nb_path.with_suffix(".html")
-        if target.exists() and target.stat().st_mtime >= nb_path.stat().st_mtime:
-            out.append(target)  # rendered after the run wrote it: the report is rewritten often
-            continue
-        try:
-            body, _ = exporter.from_notebook_node(nbformat.read(nb_path, as_version=4))
+        try:  # rendered once, after the run wrote the copy: the report is rewritten often
+            if not target.exists() or target.stat().st_mtime < nb_path.stat().st_mtime:
+                paths.write_atomic(target, exporter.from_notebook_node(nbformat.read(nb_path, as_version=4))[0])
+            out.append(target)
         except Exception as err:  # a broken copy must not cost the report
             print(f"report: could not render {nb_path.name} to HTML ({type(err).__name__}: {err})")
-            continue
-        paths.write_atomic(target, body)
-        out.append(target)
     return out
 
 
 def write(build_dir: Path | None = None, out_dir: Path | None = None) -> Path:
-    """Write `report.md` and `report.html` for a run folder (one that holds `results/` and
-    `run.json`; default: the newest run, else the build folder) into `out_dir` (default: that
-    folder), links and figures relative to `out_dir`; each executed notebook in `notebooks/` is
-    rendered to HTML once. Return the HTML path."""
-    if build_dir is None:  # the newest run folder of `make run`, else the build folder itself
-        build_dir = paths.latest_run() or paths.build_dir()
-    build_dir = Path(build_dir)
+    """Write `report.md` and `report.html` of a run folder (`results/`, `run.json`, executed
+    `notebooks/`, rendered to HTML once; default: the newest run, else the build folder) into
+    `out_dir` (default: that folder), links relative to it. Return the HTML path."""
+    build_dir = Path(build_dir or paths.latest_run() or paths.build_dir())
     if not build_dir.is_dir():
         raise FileNotFoundError(f"report.write: build_dir {build_dir} does not exist; run the notebooks "
                                 "first (make run), or pass the folder that holds results/")
-    results_dir = build_dir / "results"
-    log_path = build_dir / "run.json"
-    problems: list[str] = []
-    run_log = {}
-    if log_path.exists():
-        try:
-            run_log = json.loads(log_path.read_text())
-        except (ValueError, OSError) as e:
-            problems.append(f"{log_path} cannot be read ({e}): notebook statuses are missing")
-    if (build_dir / "notebooks").is_dir():
-        render_notebooks(build_dir / "notebooks")
+    results_dir, log_path, notebooks = build_dir / "results", build_dir / "run.json", build_dir / "notebooks"
+    problems, run_log = [], {}
+    try:
+        run_log = json.loads(log_path.read_text()) if log_path.exists() else {}
+    except (ValueError, OSError) as e:
+        problems.append(f"{log_path} cannot be read ({e}): notebook statuses are missing")
+    if notebooks.is_dir():
+        render_notebooks(notebooks)
     rep = build(load_all(results_dir, problems=problems), run_log, problems=problems)
     for p in problems:
         print(f"report: WARNING: {p}", file=sys.stderr)
-    out_dir = Path(out_dir) if out_dir is not None else build_dir
-    paths.write_atomic(out_dir / "report.md", to_markdown(rep, results_dir, out_dir, build_dir / "notebooks"))
-    html_path = out_dir / "report.html"
-    paths.write_atomic(html_path, to_html(rep, results_dir, out_dir, notebooks_dir=build_dir / "notebooks"))
-    return html_path
+    out_dir = Path(out_dir or build_dir)
+    paths.write_atomic(out_dir / "report.md", to_markdown(rep, results_dir, out_dir, notebooks))
+    paths.write_atomic(out_dir / "report.html", to_html(rep, results_dir, out_dir, notebooks))
+    return out_dir / "report.html"
 
 
 if __name__ == "__main__":
