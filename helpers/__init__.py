@@ -27,7 +27,8 @@ timing
 plotting
   plotting        a live training plot, bars labelled with ratios, a waterfall, one_at_a_time
 devices
-  devices         whichever accelerator there is (CUDA, MPS, XPU, else the CPU): sync, memory
+  devices         whichever accelerator there is (CUDA, MPS, XPU, else the CPU): sync, memory,
+                  what it can do (bf16 in hardware, torch.compile, kernels in this torch build)
 distributed
   launch          worker processes started from a notebook, and always cleaned up
   process_group   the one worker set-up: backend, device, threads, init_process_group
@@ -49,7 +50,7 @@ records into it: `from helpers.suite import results`)
   lab             JupyterLab, started the way `make lab` starts it
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def _warn_below_torch_floor() -> None:
