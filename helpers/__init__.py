@@ -4,9 +4,8 @@
 data
   data            Fashion-MNIST and CIFAR-10 through torchvision; offline, a labelled stand-in
   synthetic       those stand-ins, written in the real data sets' on-disk formats
-  pipelines       the CPU image pipeline: files on disk -> decode -> augment -> batch
+  pipelines       the CPU image pipeline: image files, decode, augment; NVIDIA DALI where installed
   device_augment  batches of tensors held in memory or on the device; augmentation on the device
-  dali_pipeline   NVIDIA DALI's decoding on the GPU, where it is installed
   data_wait       is the loop waiting for data? (the one input-bound rule)
   worker_memory   the memory DataLoader workers really take
   paths           where data sets and build output live on disk

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from torch.utils.data import DataLoader
 
 from helpers import pipelines, synthetic, worker_memory
 
@@ -21,10 +22,11 @@ def test_live_workers_sees_persistent_workers_and_their_end(tmp_path):
     x, y = synthetic.class_images(32, 32, 32, 3)
     synthetic.write_image_folder(tmp_path, x, y, synthetic.CIFAR_CLASSES)
     ds = pipelines.image_folder(tmp_path, transform=pipelines.cifar_train_transform())
-    loader = pipelines.make_loader(ds, batch_size=8, num_workers=2, persistent_workers=True)
-    pipelines.consume(loader)
+    loader = DataLoader(ds, batch_size=8, num_workers=2, persistent_workers=True)
+    for _batch in loader:
+        pass
     assert len(worker_memory.live_workers()) == 2
-    pipelines.shutdown(loader)
+    del loader  # as the notebooks end their loaders
     assert worker_memory.live_workers() == []
 
 
@@ -34,7 +36,7 @@ def test_notebook_ends_by_asserting_no_worker_is_left(name):
     checks = [i for i, src in enumerate(code) if "worker_memory.live_workers()" in src and "assert not left" in src]
     assert checks, f"{name} has no cell asserting that no worker is left"
     after = code[checks[-1] + 1:]
-    assert not any("make_loader(" in src or "DataLoader(" in src for src in after), \
+    assert not any("DataLoader(" in src for src in after), \
         "a loader is created after the final no-worker-left check"
 
 
