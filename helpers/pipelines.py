@@ -10,19 +10,23 @@ Windows): a spawned worker re-imports what it runs, and cannot import a notebook
 `DataLoader` itself is written in the notebooks; its workers end with its iterator, or, when
 persistent, with the loader object (`del loader`).
 
+`WorkerMemorySampler` measures the memory the workers really take while they load, and
+`live_workers()` lists the worker processes still alive (none, once a loader is done with).
 `dali_available()` and `dali_batches()`: NVIDIA DALI, which decodes and augments on the GPU
 straight from the files (Linux with an NVIDIA GPU, where `nvidia-dali` is installed).
 """
 
 from __future__ import annotations
 
-import io
 import json
+import statistics
+import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
+import psutil
 import torch
 import torchvision
 from PIL import Image
@@ -30,7 +34,7 @@ from torch.utils.data import Dataset
 from torchvision import transforms as T
 
 from . import data, paths, synthetic
-from .checks import check_choice, check_int
+from .checks import check_choice, check_int, check_seconds
 
 # Per-channel statistics of the real CIFAR-10 training set (the usual constants).
 CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
@@ -158,26 +162,135 @@ def tensor_train_transform(*, pad: int = 4, crop: int = 32, flip: bool = True,
     return v2.Compose(steps)
 
 
-# ----------------------------------------------------------------------------- JPEG copies (claim L7)
+# ----------------------------------------------------------------------------- what the workers cost
+# Resident memory (RSS) counts pages a worker shares with its parent: with `fork` every worker
+# starts as a copy-on-write clone of the notebook's process, so RSS overstates what workers add.
+# Unique memory (USS) is what the machine gets back when a worker exits. Batches in flight live
+# in shared memory, mapped by a worker and then by the parent, so only proportional memory (PSS)
+# of anonymous and shared-memory pages, summed over the parent *and* its workers, sees them:
+# `added_mb` is that sum (median while loading) minus the parent's PSS before loading.
 
-def reencode_jpeg(x: torch.Tensor, quality: int = 75) -> torch.Tensor:
-    """Round-trip every image of a uint8 (N, C, H, W) batch through JPEG at `quality`: the same
-    images as a JPEG copy of the data set would give after decoding."""
-    from PIL import Image
+MB = 2**20
+_NOT_WORKERS = ("resource_tracker", "forkserver", "semaphore_tracker")
 
-    if not isinstance(x, torch.Tensor) or x.dtype != torch.uint8 or x.ndim != 4:
-        raise ValueError("x must be a uint8 tensor of shape (N, C, H, W)")
-    if not isinstance(quality, int) or isinstance(quality, bool) or not 1 <= quality <= 100:
-        raise ValueError(f"reencode_jpeg: quality must be an int in 1..100, got {quality!r}")
-    arr = x.permute(0, 2, 3, 1).contiguous().numpy()
-    out = np.empty_like(arr)
-    for i, img in enumerate(arr):
-        buf = io.BytesIO()
-        Image.fromarray(img[..., 0] if img.shape[-1] == 1 else img).save(buf, format="JPEG",
-                                                                          quality=quality)
-        dec = np.asarray(Image.open(io.BytesIO(buf.getvalue())))
-        out[i] = dec[..., None] if dec.ndim == 2 else dec
-    return torch.from_numpy(out).permute(0, 3, 1, 2).contiguous()
+
+def live_workers(pid: int | None = None) -> list[psutil.Process]:
+    """Child processes of `pid` (default: this process) that are alive, excluding the helper
+    processes multiprocessing keeps for itself (resource tracker, forkserver)."""
+    try:
+        parent = psutil.Process(pid)
+        kids = parent.children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    out = []
+    for k in kids:
+        try:
+            if k.status() == psutil.STATUS_ZOMBIE:
+                continue
+            cmd = " ".join(k.cmdline())
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if any(s in cmd for s in _NOT_WORKERS):
+            continue
+        out.append(k)
+    return out
+
+
+@dataclass
+class WorkerMemorySampler:
+    """Sample the memory of this process's workers from a background thread every `interval` s."""
+
+    interval: float = 0.05
+    unique: bool = True  # also read USS (costs a read of /proc/<pid>/smaps per worker)
+    samples: list[dict] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        check_seconds("interval", self.interval, where="WorkerMemorySampler")
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._me = psutil.Process()
+
+    def _pss(self, proc: psutil.Process) -> tuple[int, int, int]:
+        """(rss, uss, private pss) of `proc`: see `private_pss`."""
+        if not self.unique:
+            rss = proc.memory_info().rss
+            return rss, 0, 0
+        info = proc.memory_full_info()
+        return info.rss, info.uss, private_pss(proc.pid, fallback=getattr(info, "pss", info.uss))
+
+    def _sample(self) -> None:
+        rss = uss = pss = 0
+        n = 0
+        for w in live_workers():
+            try:
+                r, u, p = self._pss(w)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            rss, uss, pss, n = rss + r, uss + u, pss + p, n + 1
+        parent_rss, _, parent_pss = self._pss(self._me)
+        self.samples.append({"t": time.perf_counter(), "workers": n, "rss": rss, "uss": uss,
+                             "pss": pss, "parent_rss": parent_rss, "parent_pss": parent_pss})
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._sample()
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> WorkerMemorySampler:
+        self.samples.clear()
+        self.baseline_pss = self._pss(self._me)[2]  # the parent alone, before loading
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="worker-memory")
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def summary(self) -> dict[str, float]:
+        """Peaks over the run, in MB: all workers together and per worker (at the peak)."""
+        busy = [s for s in self.samples if s["workers"]]
+        if not busy:
+            return {"workers": 0, "samples": len(self.samples), "rss_mb": 0.0, "uss_mb": 0.0,
+                    "rss_per_worker_mb": 0.0, "uss_per_worker_mb": 0.0, "added_mb": 0.0,
+                    "parent_rss_mb": max((s["parent_rss"] for s in self.samples), default=0) / MB}
+        top_rss = max(busy, key=lambda s: s["rss"])
+        top_uss = max(busy, key=lambda s: s["uss"])
+        return {
+            "workers": max(s["workers"] for s in busy),
+            "samples": len(self.samples),
+            "rss_mb": top_rss["rss"] / MB,
+            "uss_mb": top_uss["uss"] / MB,
+            "rss_per_worker_mb": top_rss["rss"] / top_rss["workers"] / MB,
+            "uss_per_worker_mb": top_uss["uss"] / top_uss["workers"] / MB,
+            "parent_rss_mb": max(s["parent_rss"] for s in self.samples) / MB,
+            # physical memory the loading added: parent + workers (private PSS), minus the parent
+            # alone before it started; the median over the samples with every worker up, as a
+            # sample taken while a worker starts or exits splits shared pages inconsistently
+            "added_mb": (statistics.median(s["pss"] + s["parent_pss"] for s in busy
+                                           if s["workers"] == max(b["workers"] for b in busy))
+                         - self.baseline_pss) / MB,
+        }
+
+
+def private_pss(pid: int, fallback: int = 0) -> int:
+    """Proportional memory of `pid` in anonymous and shared-memory pages (Linux smaps_rollup:
+    Pss_Anon + Pss_Shmem), in bytes.
+
+    Unlike plain PSS this leaves out file-backed pages (PyTorch's libraries), whose shares move
+    whenever *any* process on the machine maps the same file; anonymous pages after `fork` and
+    the shared-memory segments that carry batches are split only between the notebook's process
+    and its workers, so summed over them they give the physical memory they use. Where
+    smaps_rollup lacks these fields (older kernels, macOS, Windows) returns `fallback`.
+    """
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+        return 1024 * sum(int(fields[k].split()[0]) for k in ("Pss_Anon", "Pss_Shmem"))
+    except (OSError, KeyError, ValueError):
+        return fallback
 
 
 # ----------------------------------------------------------------------------- NVIDIA DALI (where installed)

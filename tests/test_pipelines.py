@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from helpers import pipelines, synthetic, worker_memory
+from helpers import pipelines, synthetic
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +56,7 @@ def test_spawn_worker_loads_batches(dataset):
     assert n == len(dataset)
     del loader
     gc.collect()
-    assert worker_memory.live_workers() == []
+    assert pipelines.live_workers() == []
 
 
 def test_persistent_workers_live_with_their_loader_and_end_with_del(dataset):
@@ -64,9 +64,9 @@ def test_persistent_workers_live_with_their_loader_and_end_with_del(dataset):
     # the epoch - the check can fail - and are gone once the loader object is
     loader = DataLoader(dataset, batch_size=16, num_workers=2, persistent_workers=True)
     assert sum(len(y) for _, y in loader) == len(dataset)
-    assert len(worker_memory.live_workers()) == 2
+    assert len(pipelines.live_workers()) == 2
     del loader
-    assert worker_memory.live_workers() == []
+    assert pipelines.live_workers() == []
 
 
 def test_missing_data_path_names_root(tmp_path):
@@ -99,17 +99,3 @@ def test_per_sample_tensor_dataset_and_checks():
         pipelines.PerSampleTensorDataset(x.float(), y)
     with pytest.raises(ValueError, match="same length"):
         pipelines.PerSampleTensorDataset(x, y[:3])
-
-
-def test_reencode_jpeg_is_lossy_but_close():
-    x, _ = synthetic.class_images(8, 32, 32, 3, seed=1, noise=0.02)
-    x = torch.from_numpy(x).permute(0, 3, 1, 2).contiguous()
-    j = pipelines.reencode_jpeg(x, quality=75)
-    assert j.shape == x.shape and j.dtype == torch.uint8
-    diff = (j.float() - x.float()).abs().mean().item()
-    assert 0 < diff < 20
-    assert (pipelines.reencode_jpeg(x, quality=100).float() - x.float()).abs().mean() < diff
-    with pytest.raises(ValueError, match="quality must be an int in 1..100"):
-        pipelines.reencode_jpeg(x, quality=0)
-
-
