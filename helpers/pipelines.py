@@ -175,25 +175,26 @@ _NOT_WORKERS = ("resource_tracker", "forkserver", "semaphore_tracker")
 
 
 def live_workers(pid: int | None = None) -> list[psutil.Process]:
-    """Child processes of `pid` (default: this process) that are alive, excluding the helper
+    """Child processes of `pid` (default: this process) that are alive, except the helper
     processes multiprocessing keeps for itself (resource tracker, forkserver)."""
+    out = []
     try:
-        parent = psutil.Process(pid)
-        kids = parent.children(recursive=True)
+        kids = psutil.Process(pid).children(recursive=True)
     except psutil.NoSuchProcess:
         return []
-    out = []
     for k in kids:
         try:
-            if k.status() == psutil.STATUS_ZOMBIE:
-                continue
-            cmd = " ".join(k.cmdline())
+            if k.status() != psutil.STATUS_ZOMBIE and not any(s in " ".join(k.cmdline()) for s in _NOT_WORKERS):
+                out.append(k)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        if any(s in cmd for s in _NOT_WORKERS):
-            continue
-        out.append(k)
     return out
+
+
+def _memory(proc: psutil.Process) -> tuple[int, int, int]:
+    """(rss, uss, private pss) of `proc`, in bytes: see `private_pss`."""
+    info = proc.memory_full_info()
+    return info.rss, info.uss, private_pss(proc.pid, fallback=getattr(info, "pss", info.uss))
 
 
 @dataclass
@@ -201,35 +202,23 @@ class WorkerMemorySampler:
     """Sample the memory of this process's workers from a background thread every `interval` s."""
 
     interval: float = 0.05
-    unique: bool = True  # also read USS (costs a read of /proc/<pid>/smaps per worker)
     samples: list[dict] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         check_seconds("interval", self.interval, where="WorkerMemorySampler")
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._me = psutil.Process()
 
-    def _pss(self, proc: psutil.Process) -> tuple[int, int, int]:
-        """(rss, uss, private pss) of `proc`: see `private_pss`."""
-        if not self.unique:
-            rss = proc.memory_info().rss
-            return rss, 0, 0
-        info = proc.memory_full_info()
-        return info.rss, info.uss, private_pss(proc.pid, fallback=getattr(info, "pss", info.uss))
-
     def _sample(self) -> None:
-        rss = uss = pss = 0
-        n = 0
+        total, n = [0, 0, 0], 0
         for w in live_workers():
             try:
-                r, u, p = self._pss(w)
+                total, n = [a + b for a, b in zip(total, _memory(w), strict=True)], n + 1
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
-            rss, uss, pss, n = rss + r, uss + u, pss + p, n + 1
-        parent_rss, _, parent_pss = self._pss(self._me)
-        self.samples.append({"t": time.perf_counter(), "workers": n, "rss": rss, "uss": uss,
-                             "pss": pss, "parent_rss": parent_rss, "parent_pss": parent_pss})
+        parent_rss, _, parent_pss = _memory(self._me)
+        self.samples.append(dict(zip(("rss", "uss", "pss"), total, strict=True), workers=n,
+                                 parent_rss=parent_rss, parent_pss=parent_pss))
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -238,7 +227,7 @@ class WorkerMemorySampler:
 
     def __enter__(self) -> WorkerMemorySampler:
         self.samples.clear()
-        self.baseline_pss = self._pss(self._me)[2]  # the parent alone, before loading
+        self.baseline_pss = _memory(self._me)[2]  # the parent alone, before loading
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, daemon=True, name="worker-memory")
         self._thread.start()
@@ -246,32 +235,24 @@ class WorkerMemorySampler:
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        self._thread.join()
 
     def summary(self) -> dict[str, float]:
         """Peaks over the run, in MB: all workers together and per worker (at the peak)."""
-        busy = [s for s in self.samples if s["workers"]]
-        if not busy:
-            return {"workers": 0, "samples": len(self.samples), "rss_mb": 0.0, "uss_mb": 0.0,
-                    "rss_per_worker_mb": 0.0, "uss_per_worker_mb": 0.0, "added_mb": 0.0,
-                    "parent_rss_mb": max((s["parent_rss"] for s in self.samples), default=0) / MB}
-        top_rss = max(busy, key=lambda s: s["rss"])
-        top_uss = max(busy, key=lambda s: s["uss"])
+        busy = [s for s in self.samples if s["workers"]] or [dict(workers=0, rss=0, uss=0, pss=0, parent_pss=0)]
+        top_rss, top_uss = max(busy, key=lambda s: s["rss"]), max(busy, key=lambda s: s["uss"])
+        most = max(s["workers"] for s in busy)
         return {
-            "workers": max(s["workers"] for s in busy),
-            "samples": len(self.samples),
-            "rss_mb": top_rss["rss"] / MB,
-            "uss_mb": top_uss["uss"] / MB,
-            "rss_per_worker_mb": top_rss["rss"] / top_rss["workers"] / MB,
-            "uss_per_worker_mb": top_uss["uss"] / top_uss["workers"] / MB,
-            "parent_rss_mb": max(s["parent_rss"] for s in self.samples) / MB,
+            "workers": most, "samples": len(self.samples),
+            "rss_mb": top_rss["rss"] / MB, "uss_mb": top_uss["uss"] / MB,
+            "rss_per_worker_mb": top_rss["rss"] / max(top_rss["workers"], 1) / MB,
+            "uss_per_worker_mb": top_uss["uss"] / max(top_uss["workers"], 1) / MB,
+            "parent_rss_mb": max((s["parent_rss"] for s in self.samples), default=0) / MB,
             # physical memory the loading added: parent + workers (private PSS), minus the parent
-            # alone before it started; the median over the samples with every worker up, as a
-            # sample taken while a worker starts or exits splits shared pages inconsistently
-            "added_mb": (statistics.median(s["pss"] + s["parent_pss"] for s in busy
-                                           if s["workers"] == max(b["workers"] for b in busy))
-                         - self.baseline_pss) / MB,
+            # alone before; the median over the samples with every worker up (a sample taken while
+            # a worker starts or exits splits shared pages inconsistently)
+            "added_mb": (statistics.median(s["pss"] + s["parent_pss"] for s in busy if s["workers"] == most)
+                         - self.baseline_pss) / MB if most else 0.0,
         }
 
 
