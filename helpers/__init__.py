@@ -4,11 +4,9 @@
 data
   data            Fashion-MNIST and CIFAR-10 through torchvision; offline, a labelled stand-in
   synthetic       those stand-ins, written in the real data sets' on-disk formats
-  pipelines       the CPU image pipeline: files on disk -> decode -> augment -> batch
-  device_augment  batches of tensors held in memory or on the device; augmentation on the device
-  dali_pipeline   NVIDIA DALI's decoding on the GPU, where it is installed
+  pipelines       the CPU image pipeline (image files, decode, augment), what its workers cost; DALI
+  device_augment  `TensorBatches`: batches of uint8 tensors held in memory or on the device
   data_wait       is the loop waiting for data? (the one input-bound rule)
-  worker_memory   the memory DataLoader workers really take
   paths           where data sets and build output live on disk
 models
   models          d2l's ResNet-18, written with eager layers, and a small CNN
@@ -23,7 +21,7 @@ timing
   timing          `Timer` and `benchmark`: warm-up, repeats, median, device synchronised
   threads         PyTorch's CPU threads, set from one place
   profiles        the smoke and full sizes of every notebook
-  diagnose        a few steps under torch.profiler, and what bounds the loop
+  diagnose        `StepWindow`: torch.profiler over a window of a running loop's steps
 plotting
   plotting        a live training plot, bars labelled with ratios, a waterfall, one_at_a_time
 devices

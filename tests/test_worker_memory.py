@@ -1,4 +1,4 @@
-"""helpers.worker_memory: sampling worker memory, the L2 arithmetic, live worker detection."""
+"""helpers.pipelines: sampling the memory DataLoader workers take, live worker detection."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from helpers import worker_memory as wm
+from helpers import pipelines as wm
 
 
 def _hold(mb: int, ready, release) -> None:
@@ -44,14 +44,7 @@ def test_sampler_without_children():
     assert s["workers"] == 0 and s["samples"] >= 1 and s["parent_rss_mb"] > 0
 
 
-def test_arithmetic():
-    assert wm.batch_megabytes(256, (3, 32, 32)) == pytest.approx(3.0)
-    assert wm.batch_megabytes(256, (3, 32, 32), bytes_per_value=1) == pytest.approx(0.75)
-    assert wm.claimed_worker_megabytes(3.0, 8, 2) == pytest.approx(48.0)
-    with pytest.raises(ValueError, match="batch_size must be an int >= 1"):
-        wm.batch_megabytes(0, (3, 32, 32))
-    with pytest.raises(ValueError, match="num_workers must be an int >= 0"):
-        wm.claimed_worker_megabytes(1.0, -1)
+def test_bad_interval():
     with pytest.raises(ValueError, match="WorkerMemorySampler: interval must be a positive finite number of seconds"):
         wm.WorkerMemorySampler(interval=0)
 
