@@ -4,11 +4,9 @@
 data
   data            Fashion-MNIST and CIFAR-10 through torchvision; offline, a labelled stand-in
   synthetic       those stand-ins, written in the real data sets' on-disk formats
-  pipelines       the CPU image pipeline: files on disk -> decode -> augment -> batch
-  device_augment  batches of tensors held in memory or on the device; augmentation on the device
-  dali_pipeline   NVIDIA DALI's decoding on the GPU, where it is installed
+  pipelines       the CPU image pipeline (image files, decode, augment), what its workers cost; DALI
+  device_augment  `TensorBatches`: batches of uint8 tensors held in memory or on the device
   data_wait       is the loop waiting for data? (the one input-bound rule)
-  worker_memory   the memory DataLoader workers really take
   paths           where data sets and build output live on disk
 models
   models          d2l's ResNet-18, written with eager layers, and a small CNN
@@ -23,11 +21,12 @@ timing
   timing          `Timer` and `benchmark`: warm-up, repeats, median, device synchronised
   threads         PyTorch's CPU threads, set from one place
   profiles        the smoke and full sizes of every notebook
-  diagnose        a few steps under torch.profiler, and what bounds the loop
+  diagnose        `StepWindow`: torch.profiler over a window of a running loop's steps
 plotting
   plotting        a live training plot, bars labelled with ratios, a waterfall, one_at_a_time
 devices
-  devices         whichever accelerator there is (CUDA, MPS, XPU, else the CPU): sync, memory
+  devices         whichever accelerator there is (CUDA, MPS, XPU, else the CPU): sync, memory,
+                  what it can do (bf16 in hardware, torch.compile, kernels in this torch build)
 distributed
   launch          worker processes started from a notebook, and always cleaned up
   process_group   the one worker set-up: backend, device, threads, init_process_group
@@ -59,4 +58,34 @@ helpers.doctor: the bottleneck doctor, a product of its own (`doctor.watch(loade
   cli             the shell form: a script run unmodified, stopped, and cleaned up
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
+
+
+def _warn_below_torch_floor() -> None:
+    """Name the installed torch and the tested floor in one line when torch is older than the
+    floor, before an unrelated error (an API that version lacks) could say it less clearly.
+    The floor is read from this package's own metadata (pyproject.toml), the one place it lives."""
+    import re
+    import warnings
+    from importlib import metadata
+
+    try:
+        requirements = metadata.requires("feed-the-gpu") or []
+        installed = metadata.version("torch")
+    except metadata.PackageNotFoundError:  # a bare checkout on sys.path, or no torch at all
+        return
+    floor = next((m.group(1) for r in requirements
+                  if (m := re.fullmatch(r"torch\s*>=\s*([\d.]+)", r.split(";")[0].strip()))), None)
+    if floor is None:
+        return
+
+    def release(v: str) -> tuple[int, ...]:
+        return tuple(int(x) for x in re.findall(r"\d+", v.split("+")[0])[:3])
+
+    if release(installed) < release(floor):
+        warnings.warn(f"Feed the GPU is tested on torch >= {floor}; this environment has torch "
+                      f"{installed}: some notebooks may fail. Upgrade with: pip install 'torch>={floor}'",
+                      stacklevel=2)
+
+
+_warn_below_torch_floor()

@@ -10,8 +10,9 @@ The step's share is measured up to the next `next()` call, after synchronising t
 queued GPU work is charged to the step and not to the data. Pass `sync_every=k` to synchronise
 only every k steps (fewer stalls; then per-step split is approximate, the totals stay right).
 
-`wait_verdict` is the one input-bound rule: `DataWaitMeter.diagnosis` and `diagnose.classify`
-both use it.
+`wait_verdict` is the one input-bound rule: `DataWaitMeter.diagnosis` says it in words, and
+notebook 11 reads its `INPUT_BOUND` threshold. Notebook 02 writes the same measurement out as a
+loop of its own.
 """
 
 from __future__ import annotations

@@ -2,42 +2,44 @@
 
     root, synthetic = prepare_image_folder(n=2048)           # PNGs of CIFAR-10 (or its stand-in)
     ds = image_folder(root, transform=cifar_train_transform())
-    loader = make_loader(ds, batch_size=128, num_workers=2, prefetch_factor=2)
+    loader = DataLoader(ds, batch_size=128, num_workers=2, prefetch_factor=2)  # in the notebook
 
 Everything a DataLoader worker runs (the data set, the transforms) is defined here, in an
 importable module, so that workers also work where the start method is `spawn` (macOS,
-Windows): a spawned worker re-imports what it runs, and cannot import a notebook cell.
+Windows): a spawned worker re-imports what it runs, and cannot import a notebook cell. The
+`DataLoader` itself is written in the notebooks; its workers end with its iterator, or, when
+persistent, with the loader object (`del loader`).
 
-`make_loader` checks its arguments *before* any worker starts, with errors that name the
-parameter and the allowed values.
+`WorkerMemorySampler` measures the memory the workers really take while they load, and
+`live_workers()` lists the worker processes still alive (none, once a loader is done with).
+`dali_available()` and `dali_batches()`: NVIDIA DALI, which decodes and augments on the GPU
+straight from the files (Linux with an NVIDIA GPU, where `nvidia-dali` is installed).
 """
 
 from __future__ import annotations
 
-import io
 import json
-import multiprocessing as mp
+import statistics
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
+import psutil
 import torch
 import torchvision
 from PIL import Image
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 from torchvision import transforms as T
 
-from . import data, devices, paths, synthetic
-from .checks import check_choice, check_int
-from .devices import as_device
-from .timing import benchmark
+from . import data, paths, synthetic
+from .checks import check_choice, check_int, check_seconds
 
 # Per-channel statistics of the real CIFAR-10 training set (the usual constants).
 CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR_STD = (0.2470, 0.2435, 0.2616)
 FORMATS = ("png", "jpeg")
-START_METHODS = (None, "fork", "spawn", "forkserver")
 _DONE = "COMPLETE.json"
 
 
@@ -160,119 +162,169 @@ def tensor_train_transform(*, pad: int = 4, crop: int = 32, flip: bool = True,
     return v2.Compose(steps)
 
 
-# ----------------------------------------------------------------------------- the loader
+# ----------------------------------------------------------------------------- what the workers cost
+# Resident memory (RSS) counts pages a worker shares with its parent: with `fork` every worker
+# starts as a copy-on-write clone of the notebook's process, so RSS overstates what workers add.
+# Unique memory (USS) is what the machine gets back when a worker exits. Batches in flight live
+# in shared memory, mapped by a worker and then by the parent, so only proportional memory (PSS)
+# of anonymous and shared-memory pages, summed over the parent *and* its workers, sees them:
+# `added_mb` is that sum (median while loading) minus the parent's PSS before loading.
 
-def make_loader(dataset: Dataset, *, batch_size: int, num_workers: int = 0, shuffle: bool = True,
-                pin_memory: bool = False, prefetch_factor: int | None = None,
-                persistent_workers: bool = False, multiprocessing_context: str | None = None,
-                drop_last: bool = False, seed: int | None = 0) -> DataLoader:
-    """A `DataLoader` whose arguments are checked here, before any worker process starts.
-
-    `seed` fixes the shuffling order (and, through it, the workers' augmentation seeds).
-    """
-    if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
-        raise TypeError(f"dataset must be a map-style Dataset, got {type(dataset).__name__}")
-    check_int("batch_size", batch_size, where="make_loader")
-    check_int("num_workers", num_workers, 0, where="make_loader")
-    if prefetch_factor is not None:
-        if num_workers == 0:
-            raise ValueError(
-                f"prefetch_factor={prefetch_factor!r} needs num_workers >= 1 (it is the number of "
-                "batches each worker loads ahead); leave prefetch_factor=None with num_workers=0")
-        check_int("prefetch_factor", prefetch_factor, where="make_loader")
-    if persistent_workers and num_workers == 0:
-        raise ValueError("persistent_workers=True needs num_workers >= 1; with num_workers=0 "
-                         "there is no worker to keep")
-    check_choice("multiprocessing_context", multiprocessing_context, START_METHODS, where="make_loader")
-    if multiprocessing_context is not None:
-        if multiprocessing_context not in mp.get_all_start_methods():
-            raise ValueError(f"multiprocessing_context={multiprocessing_context!r} is not available "
-                             f"on this platform; available: {mp.get_all_start_methods()}")
-        if num_workers == 0:
-            raise ValueError("multiprocessing_context needs num_workers >= 1")
-    if len(dataset) == 0:
-        raise ValueError("dataset is empty")
-    generator = torch.Generator().manual_seed(seed) if seed is not None else None
-    return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, num_workers=num_workers,
-                      pin_memory=pin_memory and devices.pin_memory_useful(),
-                      prefetch_factor=prefetch_factor, persistent_workers=persistent_workers,
-                      multiprocessing_context=multiprocessing_context, drop_last=drop_last,
-                      generator=generator)
+MB = 2**20
+_NOT_WORKERS = ("resource_tracker", "forkserver", "semaphore_tracker")
 
 
-def consume(batches: Iterable, device: str | torch.device | None = None,
-            limit: int | None = None, step_seconds: float = 0.0) -> int:
-    """Pull every batch (moving it to `device` when given, as a training loop would); return
-    the number of samples. The device is synchronised at the end so copies are counted.
-    `step_seconds` sleeps after each batch, a stand-in for a training step (workers then fill
-    their prefetch queues, as they do in training)."""
-    if not isinstance(batches, Iterable):
-        raise TypeError(f"consume: batches must be iterable (a DataLoader, a list of (x, y)), "
-                        f"got {type(batches).__name__}")
-    check_int("limit", limit, where="consume", allow_none=True)
-    n = 0
-    dev = as_device(device, "consume: device") if device is not None else None
-    for i, (x, _y) in enumerate(batches):
-        if dev is not None and x.device != dev:
-            x = x.to(dev, non_blocking=True)
-        n += len(x)
-        if step_seconds:
-            time.sleep(step_seconds)
-        if limit is not None and i + 1 >= limit:
-            break
-    if dev is not None:
-        devices.synchronize(dev)
-    return n
-
-
-# ----------------------------------------------------------------------------- JPEG copies (claim L7)
-
-def reencode_jpeg(x: torch.Tensor, quality: int = 75) -> torch.Tensor:
-    """Round-trip every image of a uint8 (N, C, H, W) batch through JPEG at `quality`: the same
-    images as a JPEG copy of the data set would give after decoding."""
-    from PIL import Image
-
-    if not isinstance(x, torch.Tensor) or x.dtype != torch.uint8 or x.ndim != 4:
-        raise ValueError("x must be a uint8 tensor of shape (N, C, H, W)")
-    if not isinstance(quality, int) or isinstance(quality, bool) or not 1 <= quality <= 100:
-        raise ValueError(f"reencode_jpeg: quality must be an int in 1..100, got {quality!r}")
-    arr = x.permute(0, 2, 3, 1).contiguous().numpy()
-    out = np.empty_like(arr)
-    for i, img in enumerate(arr):
-        buf = io.BytesIO()
-        Image.fromarray(img[..., 0] if img.shape[-1] == 1 else img).save(buf, format="JPEG",
-                                                                          quality=quality)
-        dec = np.asarray(Image.open(io.BytesIO(buf.getvalue())))
-        out[i] = dec[..., None] if dec.ndim == 2 else dec
-    return torch.from_numpy(out).permute(0, 3, 1, 2).contiguous()
-
-
-# ----------------------------------------------------------------------------- measuring a loader
-
-def time_loader(dataset: Dataset, *, batch_size: int, repeats: int = 3, warmup: int = 0,
-                device: str | torch.device | None = None, label: str = "",
-                **loader_kwargs: object):
-    """Seconds per epoch of `make_loader(dataset, ...)` (a `timing.Measurement`).
-
-    The loader is built once, so `persistent_workers=True` keeps its workers between the
-    timed epochs (and `warmup=1` then leaves their start-up out); otherwise every epoch pays
-    for starting its workers, as a real training epoch does. The loader is shut down before
-    returning, so no worker outlives the measurement.
-    """
-    if device is not None:
-        as_device(device, "time_loader: device")  # a typo fails here, before any worker starts
-    loader = make_loader(dataset, batch_size=batch_size, **loader_kwargs)
+def live_workers(pid: int | None = None) -> list[psutil.Process]:
+    """Child processes of `pid` (default: this process) that are alive, except the helper
+    processes multiprocessing keeps for itself (resource tracker, forkserver)."""
+    out = []
     try:
-        return benchmark(lambda: consume(loader, device), repeats=repeats, warmup=warmup,
-                         label=label or f"workers={loader_kwargs.get('num_workers', 0)}")
-    finally:
-        shutdown(loader)
+        kids = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    for k in kids:
+        try:
+            if k.status() != psutil.STATUS_ZOMBIE and not any(s in " ".join(k.cmdline()) for s in _NOT_WORKERS):
+                out.append(k)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return out
 
 
-def shutdown(loader: DataLoader) -> None:
-    """Stop a loader's worker processes now (persistent workers otherwise live as long as the
-    loader object does - in a notebook, until the kernel stops)."""
-    it = getattr(loader, "_iterator", None)
-    if it is not None and hasattr(it, "_shutdown_workers"):
-        it._shutdown_workers()
-    loader._iterator = None
+def _memory(proc: psutil.Process) -> tuple[int, int, int]:
+    """(rss, uss, private pss) of `proc`, in bytes: see `private_pss`."""
+    info = proc.memory_full_info()
+    return info.rss, info.uss, private_pss(proc.pid, fallback=getattr(info, "pss", info.uss))
+
+
+@dataclass
+class WorkerMemorySampler:
+    """Sample the memory of this process's workers from a background thread every `interval` s."""
+
+    interval: float = 0.05
+    samples: list[dict] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        check_seconds("interval", self.interval, where="WorkerMemorySampler")
+        self._stop = threading.Event()
+        self._me = psutil.Process()
+
+    def _sample(self) -> None:
+        total, n = [0, 0, 0], 0
+        for w in live_workers():
+            try:
+                total, n = [a + b for a, b in zip(total, _memory(w), strict=True)], n + 1
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        parent_rss, _, parent_pss = _memory(self._me)
+        self.samples.append(dict(zip(("rss", "uss", "pss"), total, strict=True), workers=n,
+                                 parent_rss=parent_rss, parent_pss=parent_pss))
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._sample()
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> WorkerMemorySampler:
+        self.samples.clear()
+        self.baseline_pss = _memory(self._me)[2]  # the parent alone, before loading
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="worker-memory")
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def summary(self) -> dict[str, float]:
+        """Peaks over the run, in MB: all workers together and per worker (at the peak)."""
+        busy = [s for s in self.samples if s["workers"]] or [dict(workers=0, rss=0, uss=0, pss=0, parent_pss=0)]
+        top_rss, top_uss = max(busy, key=lambda s: s["rss"]), max(busy, key=lambda s: s["uss"])
+        most = max(s["workers"] for s in busy)
+        return {
+            "workers": most, "samples": len(self.samples),
+            "rss_mb": top_rss["rss"] / MB, "uss_mb": top_uss["uss"] / MB,
+            "rss_per_worker_mb": top_rss["rss"] / max(top_rss["workers"], 1) / MB,
+            "uss_per_worker_mb": top_uss["uss"] / max(top_uss["workers"], 1) / MB,
+            "parent_rss_mb": max((s["parent_rss"] for s in self.samples), default=0) / MB,
+            # physical memory the loading added: parent + workers (private PSS), minus the parent
+            # alone before; the median over the samples with every worker up (a sample taken while
+            # a worker starts or exits splits shared pages inconsistently)
+            "added_mb": (statistics.median(s["pss"] + s["parent_pss"] for s in busy if s["workers"] == most)
+                         - self.baseline_pss) / MB if most else 0.0,
+        }
+
+
+def private_pss(pid: int, fallback: int = 0) -> int:
+    """Proportional memory of `pid` in anonymous and shared-memory pages (Linux smaps_rollup:
+    Pss_Anon + Pss_Shmem), in bytes.
+
+    Unlike plain PSS this leaves out file-backed pages (PyTorch's libraries), whose shares move
+    whenever *any* process on the machine maps the same file; anonymous pages after `fork` and
+    the shared-memory segments that carry batches are split only between the notebook's process
+    and its workers, so summed over them they give the physical memory they use. Where
+    smaps_rollup lacks these fields (older kernels, macOS, Windows) returns `fallback`.
+    """
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+        return 1024 * sum(int(fields[k].split()[0]) for k in ("Pss_Anon", "Pss_Shmem"))
+    except (OSError, KeyError, ValueError):
+        return fallback
+
+
+# ----------------------------------------------------------------------------- NVIDIA DALI (where installed)
+
+DALI_INSTALL_HINT = ("pip install --extra-index-url https://pypi.nvidia.com nvidia-dali-cuda120 "
+                "(pick the package matching your CUDA major version; Linux with an NVIDIA GPU only)")
+
+
+def dali_available() -> tuple[bool, str]:
+    """(True, version) when NVIDIA DALI can be used here (Linux, a CUDA GPU, `nvidia-dali`
+    installed), else (False, the reason). Nothing of DALI is imported unless this says so."""
+    if not torch.cuda.is_available():
+        return False, "no CUDA GPU on this machine (DALI's GPU pipeline needs one)"
+    try:
+        import nvidia.dali as dali  # noqa: F401
+        from nvidia.dali.plugin.pytorch import DALIGenericIterator  # noqa: F401
+    except Exception as e:  # ImportError, or a broken install
+        return False, f"nvidia-dali is not importable ({type(e).__name__}: {e}); {DALI_INSTALL_HINT}"
+    return True, getattr(dali, "__version__", "unknown version")
+
+
+def dali_batches(root: str | Path, *, batch_size: int, pad: int = 4, crop: int = 32,
+                 mean: tuple[float, ...] = CIFAR_MEAN, std: tuple[float, ...] = CIFAR_STD,
+                 seed: int = 0, num_threads: int = 2, device_id: int = 0,
+                 epochs: int = 1) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """`epochs` epochs of (X float32 (B, 3, crop, crop) on the GPU, y int64) from an image
+    folder: GPU decode, zero pad by `pad`, random `crop` crop, random flip, normalise."""
+    from nvidia.dali import fn, pipeline_def, types
+    from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
+
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"root: the image folder {str(root)!r} does not exist")
+
+    @pipeline_def(batch_size=batch_size, num_threads=num_threads, device_id=device_id, seed=seed)
+    def pipe():
+        files, labels = fn.readers.file(file_root=str(root), random_shuffle=True, name="reader")
+        images = fn.decoders.image(files, device="mixed", output_type=types.RGB)
+        side = crop + 2 * pad
+        # paste into a zero canvas (pad on every side), then a random crop and flip
+        images = fn.paste(images, ratio=side / crop, fill_value=0, paste_x=0.5, paste_y=0.5)
+        images = fn.crop_mirror_normalize(
+            images, dtype=types.FLOAT, output_layout="CHW", crop=(crop, crop),
+            crop_pos_x=fn.random.uniform(range=(0.0, 1.0)),
+            crop_pos_y=fn.random.uniform(range=(0.0, 1.0)),
+            mirror=fn.random.coin_flip(probability=0.5),
+            mean=[255 * m for m in mean], std=[255 * s for s in std])
+        return images, labels.gpu()
+
+    p = pipe()
+    p.build()
+    it = DALIGenericIterator([p], ["x", "y"], reader_name="reader",
+                             last_batch_policy=LastBatchPolicy.PARTIAL, auto_reset=True)
+    for _ in range(epochs):
+        for out in it:
+            yield out[0]["x"], out[0]["y"].view(-1).long()

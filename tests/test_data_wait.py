@@ -2,6 +2,7 @@ import time
 
 import pytest
 
+from helpers import data_wait
 from helpers.data_wait import DataWaitMeter
 
 
@@ -47,3 +48,12 @@ def test_skip_leaves_out_the_first_steps():
     assert steady["step_s"] == pytest.approx((steady["wait_s"] + steady["compute_s"]) / 3)
     with pytest.raises(ValueError, match="skip must be an int >= 0"):
         meter.summary(skip=-1)
+
+
+@pytest.mark.parametrize("wait", [0.0, 0.05, data_wait.NOTICEABLE, 0.2, data_wait.INPUT_BOUND - 1e-9,
+                                  data_wait.INPUT_BOUND, 0.9])
+def test_wait_verdict_either_side_of_its_thresholds(wait):
+    kind, sentence = data_wait.wait_verdict(wait)
+    expected = ("input-bound" if wait >= data_wait.INPUT_BOUND else
+                "noticeable" if wait >= data_wait.NOTICEABLE else "not input-bound")
+    assert kind == expected and f"{100 * wait:.0f} %" in sentence

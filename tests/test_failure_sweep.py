@@ -56,7 +56,6 @@ from helpers import (
     threads,
     timing,
     training,
-    worker_memory,
 )
 from helpers.suite import catalog, report, results, runner
 from tests.interrupt import interruptible
@@ -122,7 +121,6 @@ def entered(cm_fn):
 UINT8_1 = np.zeros((1, 4, 4, 1), np.uint8)
 X4 = torch.zeros(4, 3, 8, 8, dtype=torch.uint8)
 Y4 = torch.zeros(4, dtype=torch.int64)
-DS4 = pipelines.PerSampleTensorDataset(X4, Y4)
 NO_GPU = devices.num_gpus() == 0
 POSITIVE = r"must be (a positive int|an int >= 1)"
 
@@ -193,7 +191,9 @@ CASES = [
     case(devices.max_memory_allocated, ValueError, r"cpu has no peak-memory counter", "cpu"),
     case(devices.empty_cache, ValueError, r"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'tpu'", "tpu"),
     case(devices.pin_memory_useful, TypeError, r"device must be a string", 3.5),
-    case(devices.autocast_dtypes, ValueError, r"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'gpu0'", "gpu0"),
+    case(devices.bf16_native, ValueError, r"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'gpu0'", "gpu0"),
+    case(devices.compile_supported, ValueError, r"capability must be a \(major, minor\) pair of ints such as \(8, 0\), got 7.5", "cuda", 7.5),
+    case(devices.torch_built_for, ValueError, r"capability must be a \(major, minor\) pair .* got \(8, '0'\)", "cuda", (8, "0")),
     case(devices.describe_hardware, TypeError, r"summary must be the dict from hardware_summary\(\) or None; got int", 5),
     case(devices.describe_hardware, ValueError, r"summary lacks \[.*'ram_gib'.*\]", {"cpu": "x"}),
     *([case(devices.as_device, ValueError, r"device 'cuda' asked for, but this machine has no CUDA GPU", "cuda"),
@@ -237,6 +237,7 @@ CASES = [
     # --- profiles --------------------------------------------------------------------------
     case(profiles.resolve, ValueError, r"profile \(or \$FTG_PROFILE\) must be one of 'smoke', 'full', 'auto', got 'fast'", "fast"),
     case(profiles.resolve, TypeError, r"profile must be a string, one of smoke, full, auto; got 5", 5),
+    case(profiles.choose, ValueError, r"profile \(or \$FTG_PROFILE\) must be one of .* got 'fast'", "fast"),
     case(profiles.active, ValueError, r"profile \(or \$FTG_PROFILE\) must be one of 'smoke', 'full', 'auto', got 'tiny'", "tiny"),
     case(profiles.Profile, ValueError, r"name must be one of smoke, full .* got 'fast'", "fast"),
     case(profiles.Profile, ValueError, r"name must be one of smoke, full .* got 'auto'", "auto"),
@@ -292,35 +293,19 @@ CASES = [
     case(pipelines.image_folder, FileNotFoundError, r"root: the image folder '/nonexistent/q' does not exist", "/nonexistent/q"),
     case(pipelines.PerSampleTensorDataset, ValueError, r"x must be a uint8 tensor of shape \(N, C, H, W\)", X4.float(), Y4),
     case(pipelines.PerSampleTensorDataset, ValueError, r"x and y must have the same length, got 4 and 2", X4, Y4[:2]),
-    case(pipelines.make_loader, TypeError, r"dataset must be a map-style Dataset, got int", 5, batch_size=2),
-    case(pipelines.make_loader, ValueError, r"batch_size must be an int >= 1, got 0", DS4, batch_size=0),
-    case(pipelines.make_loader, ValueError, r"num_workers must be an int >= 0, got -1", DS4, batch_size=2, num_workers=-1),
-    case(pipelines.make_loader, ValueError, r"persistent_workers=True needs num_workers >= 1", DS4, batch_size=2, persistent_workers=True),
-    case(pipelines.make_loader, ValueError, r"make_loader: multiprocessing_context must be one of None, 'fork', 'spawn', 'forkserver', got 'thread'", DS4, batch_size=2, num_workers=1, multiprocessing_context="thread"),
-    case(pipelines.reencode_jpeg, ValueError, r"quality must be an int in 1..100, got 0", X4, quality=0),
-    case(pipelines.time_loader, ValueError, r"batch_size must be an int >= 1, got 0", DS4, batch_size=0),
     case(timing.micro_benchmark, ValueError, r"micro_benchmark: stmt must be a non-empty string", ""),
     case(timing.micro_benchmark, ValueError, r"min_run_time must be a positive finite number", "1", min_run_time=0),
     case(entered(threads.cpu_threads), ValueError, r"cpu_threads: n must be an int >= 1, got 0", 0),
     case(pipelines.cifar_train_transform, ValueError, r"crop must be an int >= 1, got 0", crop=0),
     case(pipelines.tensor_train_transform, ValueError, r"crop must be an int >= 1, got 0", crop=0),
     case(pipelines.tensor_train_transform, ValueError, r"pad must be an int >= 0, got -1", pad=-1),
-    case(pipelines.consume, TypeError, r"consume: batches must be iterable .* got int", 5),
-    case(pipelines.consume, ValueError, r"consume: device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'tpu'", [], device="tpu"),
-    case(pipelines.consume, ValueError, r"consume: limit must be an int >= 1 or None, got 0", [], limit=0),
-    # --- device_augment, worker_memory, models.small_cnn ------------------------------------------
-    case(device_augment.DeviceAugment, ValueError, r"DeviceAugment: crop must be an int >= 1, got 0", crop=0),
-    case(device_augment.DeviceAugment, ValueError, r"DeviceAugment: pad must be an int >= 0, got -2", pad=-2),
-    case(device_augment.DeviceAugment, ValueError, r"give both mean and std, or neither", mean=None),
-    case(device_augment.DeviceAugment, ValueError, r"std must be positive", std=(0.0, 1.0, 1.0)),
+    # --- device_augment, pipelines' worker memory, models.small_cnn ------------------------------------------
     case(device_augment.TensorBatches, ValueError, r"TensorBatches: batch_size must be an int >= 1, got 0", X4, Y4, 0, device="cpu"),
     case(device_augment.TensorBatches, ValueError, r"TensorBatches: x must be a uint8 tensor of shape \(N, C, H, W\)", X4.float(), Y4, 2),
     case(device_augment.TensorBatches, ValueError, r"TensorBatches: y must be a tensor with one label per image \(4\)", X4, Y4[:1], 2),
     case(device_augment.TensorBatches, ValueError, r"TensorBatches: mode must be one of 'device', 'memory', got 'disk'", X4, Y4, 2, mode="disk", device="cpu"),
     case(device_augment.TensorBatches, ValueError, r"TensorBatches: device must be .*got 'tpu'", X4, Y4, 2, device="tpu"),
-    case(worker_memory.WorkerMemorySampler, ValueError, r"WorkerMemorySampler: interval must be a positive finite number of seconds, got 0", interval=0),
-    case(worker_memory.batch_megabytes, ValueError, r"batch_megabytes: batch_size must be an int >= 1, got 0", 0, (3, 32, 32)),
-    case(worker_memory.claimed_worker_megabytes, ValueError, r"claimed_worker_megabytes: num_workers must be an int >= 0, got -1", 1.0, -1),
+    case(pipelines.WorkerMemorySampler, ValueError, r"WorkerMemorySampler: interval must be a positive finite number of seconds, got 0", interval=0),
     case(models.small_cnn, ValueError, r"small_cnn: width must be an int >= 1, got 0", width=0),
     # --- training, launch, batch_finder (notebooks 04-12) --------------------------------------
     case(training.resolve_precision, ValueError, r"resolve_precision: precision must be one of 'fp32', 'fp16', 'bf16', got 'fp8'", "fp8", "cpu"),
