@@ -216,6 +216,8 @@ def test_a_fix_that_measured_slower_is_ranked_last_and_says_so():
     found = rules.diagnose(m(wait_s=0.002, trials=slower))
     assert [f.kind for f in found] == ["compute-bound", "input-bound"]
     assert "made it slower (0.50x)" in found[1].evidence
+    waits = rules.diagnose(m(wait_s=0.009, trials=slower))  # 90 % waiting: still input-bound
+    assert [f.kind for f in waits] == ["input-bound"]
 
 
 def test_report_text_and_json_schema():
