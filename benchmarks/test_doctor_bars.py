@@ -98,6 +98,6 @@ def test_watching_costs_at_most_10_percent_of_a_5ms_step():
         w = watched(batched(4096, 1024, 256), net, what_if=False)
         watched_s.append(w.measured.step_s)
     a, b = statistics.median(plain), statistics.median(watched_s)
-    print(f"step {1e3 * a:.2f} ms plain, {1e3 * b:.2f} ms watched: +{100 * (b / a - 1):.1f} %")
+    print(f"step {1e3 * a:.2f} ms plain, {1e3 * b:.2f} ms watched: {100 * (b / a - 1):+.1f} %")
     assert a >= MIN_STEP_S, "the bar is about steps of 5 ms or more: make the loop heavier"
     assert b / a <= 1 + OVERHEAD_BAR
