@@ -28,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -281,29 +282,6 @@ def _tree(procs: list[subprocess.Popen]) -> list[psutil.Process]:
     return tree
 
 
-def _stop_all(procs: list[subprocess.Popen], grace: float = 3.0) -> None:
-    """SIGTERM to every process of the tree (torchrun's agents end their workers then), SIGKILL
-    to what is left after `grace` s. psutil, not `os.killpg`: Windows has neither it nor SIGKILL."""
-    tree = _tree([p for p in procs if p.poll() is None])
-    for proc in tree:
-        try:
-            proc.terminate()
-        except psutil.Error:
-            pass
-    _, alive = psutil.wait_procs(tree, timeout=grace)
-    for proc in alive:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(alive, timeout=5)
-    for p in procs:
-        try:
-            p.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-
-
 def _tail_traceback(lines: list[str]) -> str:
     for i in range(len(lines) - 1, -1, -1):
         if lines[i].startswith("Traceback"):
@@ -375,7 +353,9 @@ def run_processes(cmds: list[list[str]], envs: list[dict[str, str]], *, timeout:
                 break
     finally:
         seen.update(proc.pid for proc in _tree(procs))
-        _stop_all(procs)
+        processes.end_tree([p.pid for p in procs])
+        for p in procs:
+            p.wait()
         stop_seconds, gone = time.monotonic() - t_noticed, time.time()
         # drain what is left in the pipes so the traceback is complete
         end = time.monotonic() + 2
@@ -406,6 +386,133 @@ def run_processes(cmds: list[list[str]], envs: list[dict[str, str]], *, timeout:
     raise LaunchError(msg + (f"\n--- traceback of {who} ---\n{tb}" if tb else ""),
                       failed_rank=rank, traceback=tb, outputs=outputs, pids=pids,
                       stop_seconds=stop_seconds)
+
+
+# --- the new launcher (file:// rendezvous, no torchrun store) ---------------------------------
+
+@dataclass
+class RunResult:
+    """A finished run: each rank's output lines and `rank<r>.json` (if it wrote one)."""
+
+    nprocs: int
+    seconds: float
+    folder: Path
+    outputs: dict[int, list[str]]
+    pids: list[int] = field(default_factory=list)
+
+    @property
+    def results(self) -> dict[int, dict[str, Any]]:
+        found = (json.loads(p.read_text()) for p in self.folder.glob("rank*.json"))
+        return dict(sorted((int(r["rank"]), r) for r in found))
+
+
+def run_folder(name: str) -> Path:
+    """A new folder `<build>/ddp_runs/<name>_*` for one notebook run's scripts and outputs (two
+    runs at once never share one); only the newest KEEP_RUNS are kept."""
+    root = paths.build_dir() / "ddp_runs"
+    root.mkdir(parents=True, exist_ok=True)
+    old = sorted((p.stat().st_mtime, p) for p in root.iterdir() if p.is_dir())
+    for _, p in old[:max(0, len(old) - KEEP_RUNS + 1)]:
+        shutil.rmtree(p, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"{name}_", dir=root))
+
+
+def _loopback() -> str:
+    """The name of the interface that holds 127.0.0.1 ('lo' on Linux, 'lo0' on macOS)."""
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.address == "127.0.0.1" for a in addrs):
+            return name
+    return "lo"
+
+
+def rank_env(rank: int, world: int, init_method: str, threads: int) -> dict[str, str]:
+    """What a rank's process gets: torchrun's variables, the file rendezvous, loopback only."""
+    lo = _loopback()
+    return {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
+            "LOCAL_WORLD_SIZE": str(world), "INIT_METHOD": init_method, "PYTHONUNBUFFERED": "1",
+            "OMP_NUM_THREADS": str(threads), "GLOO_SOCKET_IFNAME": lo, "NCCL_SOCKET_IFNAME": lo}
+
+
+def run(script: str | Path, args: list[Any] | tuple[Any, ...] = (), *, nprocs: int = 2,
+        threads: int = 1, timeout: float = 300, stream: bool = True) -> RunResult:
+    """Run `python script *args` in `nprocs` ranks (cwd: the script's folder); raise
+    `LaunchError` naming the rank that failed first, or at the deadline; no process is left."""
+    script = Path(script).resolve()
+    if not script.is_file():
+        raise FileNotFoundError(f"run: script {str(script)!r} is not a file")
+    check_int("nprocs", nprocs, 1, where="run")
+    check_int("threads", threads, 1, where="run")
+    check_seconds("timeout", timeout, where="run")
+    init = (script.parent / f"rendezvous-{uuid.uuid4().hex[:8]}").as_uri()
+    q: queue.Queue = queue.Queue()
+    procs: list[subprocess.Popen] = []
+    outputs: dict[int, list[str]] = {r: [] for r in range(nprocs)}
+    t0 = time.monotonic()
+    try:
+        for r in range(nprocs):
+            p = subprocess.Popen([sys.executable, str(script), *map(str, args)],
+                                 env=rank_env(r, nprocs, init, threads), cwd=script.parent,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                 start_new_session=True, preexec_fn=processes.parent_death_hook())
+            procs.append(p)
+            threading.Thread(target=_follow, args=(r, p, q), daemon=True).start()
+        failed, when = _watch(q, outputs, nprocs, t0 + timeout, stream)
+    finally:
+        pids = [p.pid for p in procs]
+        pids += [c.pid for p in procs if p.poll() is None for c in _children(p.pid)]
+        processes.end_tree([p.pid for p in procs], grace=3.0)
+        gone = time.monotonic()
+    if failed is None and when is None:
+        return RunResult(nprocs, gone - t0, script.parent, outputs, sorted(set(pids)))
+    tb = _traceback(outputs[failed]) if failed is not None else ""
+    msg = (f"rank {failed} failed (exit code {procs[failed].returncode})" if failed is not None
+           else f"run timed out after {timeout:g} s") + f"; all {nprocs} ranks were stopped"
+    raise LaunchError(msg + (f"\n--- traceback of rank {failed} ---\n{tb}" if tb else ""),
+                      failed_rank=failed, traceback=tb, outputs=outputs,
+                      pids=sorted(set(pids)), stop_seconds=gone - (when or gone))
+
+
+def _children(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _follow(rank: int, p: subprocess.Popen, q: queue.Queue) -> None:
+    """Each line of a rank's output, then its exit code and when it ended."""
+    for line in iter(p.stdout.readline, ""):
+        q.put((rank, line.rstrip("\n"), None))
+    p.stdout.close()
+    q.put((rank, None, (p.wait(), time.monotonic())))
+
+
+def _watch(q: queue.Queue, outputs: dict[int, list[str]], nprocs: int, deadline: float,
+           stream: bool) -> tuple[int | None, float | None]:
+    """Show lines until every rank ended well (None, None), one failed (rank, when) or time is
+    up (None, now). The first rank to exit with an error is the cause: the others fail after it."""
+    done = 0
+    while done < nprocs:
+        try:
+            rank, line, end = q.get(timeout=max(0.0, min(0.1, deadline - time.monotonic())))
+        except queue.Empty:
+            if time.monotonic() >= deadline:
+                return None, time.monotonic()
+            continue
+        if line is not None:
+            outputs[rank].append(line)
+            if stream:
+                print(f"[rank {rank}] {line}", flush=True)
+        elif end[0] != 0:
+            return rank, end[1]
+        else:
+            done += 1
+    return None, None
+
+
+def _traceback(lines: list[str]) -> str:
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback")]
+    return "\n".join(lines[starts[-1]:] if starts else lines[-20:])
 
 
 if __name__ == "__main__":  # python -m helpers.launch <torchrun arguments>: see torchrun_bound

@@ -150,7 +150,7 @@ def _on_signal(signum: int, frame: Any) -> None:
     if first:
         print(f"\n{signal.Signals(signum).name}: stopping; ending the running kernel and its processes...",
               file=sys.stderr, flush=True)
-    processes.end_descendants(grace=2.0)
+    processes.end_tree(grace=2.0)
 
 
 def choose_profile(cli: str | None) -> tuple[str, str]:
@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
             log["notebooks"][nb_path.stem] = {"status": "running"}
             _publish(run, log)
             res = execute(nb_path, out_dir, args.timeout)
-            left = processes.end_descendants(grace=2.0)  # workers or ranks the notebook left
+            left = processes.end_tree(grace=2.0)  # workers or ranks the notebook left
             if left and res["status"] == "ok":
                 res["note"] = f"{len(left)} process(es) it left running were ended"
             log["notebooks"][nb_path.stem] = res
