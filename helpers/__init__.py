@@ -34,7 +34,6 @@ distributed
   processes       children that die with their parent; ending a whole process tree
   ddp_train       notebook 10's DistributedDataParallel training script
   ddp_lessons     no_sync accumulation and sharding, in real processes
-  model_split     notebook 09: a model split over two devices, and the GPipe schedule
 everywhere
   checks          argument checks with one wording: `<where>: <name> must be ..., got ...`
 
