@@ -29,11 +29,8 @@ plotting
 devices
   devices         whichever accelerator there is (CUDA, MPS, XPU, else the CPU): sync, memory
 distributed
-  launch          worker processes started from a notebook, and always cleaned up
-  process_group   the one worker set-up: backend, device, threads, init_process_group
+  launch          N ranks of a notebook's script, meeting through a file; always cleaned up
   processes       children that die with their parent; ending a whole process tree
-  ddp_train       notebook 10's DistributedDataParallel training script
-  ddp_lessons     no_sync accumulation and sharding, in real processes
 everywhere
   checks          argument checks with one wording: `<where>: <name> must be ..., got ...`
 

@@ -79,31 +79,3 @@ def end_tree(roots: Iterable[int] | None = None, grace: float = 3.0) -> list[int
     psutil.wait_procs(alive, timeout=5)
     return [p.pid for p in procs]
 
-
-# --- transitional: the torchrun-based launcher's ranks use this until the notebooks move ----
-import threading  # noqa: E402
-import time  # noqa: E402
-
-from .checks import check_int, check_seconds  # noqa: E402
-
-
-def die_with_parent(sig: int = signal.SIGTERM, *, parent: int | None = None,
-                    poll: float = 0.5) -> str:
-    """Make this process receive `sig` when its parent dies (Linux prctl; else a watchdog
-    thread polling every `poll` s). `parent`: the pid expected as parent (default: the
-    current one); if it is already gone, the signal comes at once. Returns the mechanism."""
-    check_int("sig", sig, 1, where="die_with_parent")
-    check_seconds("poll", poll, where="die_with_parent")
-    parent = os.getppid() if parent is None else parent
-    if _PRCTL is not None and _PRCTL(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0:
-        if os.getppid() != parent:
-            os.kill(os.getpid(), sig)
-        return "prctl"
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(poll)
-        os.kill(os.getpid(), sig)
-
-    threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
-    return "watchdog"

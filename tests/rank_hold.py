@@ -1,6 +1,6 @@
 """A rank for launcher tests, a plain script as a notebook writes one: joins the process group
-(through the launcher's INIT_METHOD), says it is ready (its pid in `ready<rank>`, in its working
-folder), then holds until `release` appears there. Its life does not depend on how fast the
+(through the launcher's INIT_METHOD), says it is ready (its pid in `ready<rank>`, beside this
+file), then holds until `release` appears there. Its life does not depend on how fast the
 machine is, so a test can look at it (listening sockets, parent death) while it runs.
 `--vanish R`: rank R leaves at once after joining, by `os._exit(7)`: no exception, no traceback.
 `--fail R`: rank R raises after joining."""
@@ -27,8 +27,9 @@ if rank == a.vanish:
     os._exit(7)
 if rank == a.fail:
     raise RuntimeError(f"rank {rank}: deliberate failure")
-Path(f"ready{rank}").write_text(str(os.getpid()))
-while not Path("release").exists():
+here = Path(__file__).resolve().parent
+(here / f"ready{rank}").write_text(str(os.getpid()))
+while not (here / "release").exists():
     time.sleep(0.1)
 dist.barrier()
 dist.destroy_process_group()

@@ -56,8 +56,8 @@ def test_ranks_get_torchruns_variables_and_their_output_is_filed_by_rank(tmp_pat
             " os.environ['OMP_NUM_THREADS'], os.environ['INIT_METHOD'][:7], os.getcwd())")
     r = launch.run(_script(tmp_path, code), nprocs=3, threads=2, stream=False, timeout=120)
     for rank in range(3):
-        assert r.outputs[rank] == [f"{rank} 3 {rank} 2 file:// {tmp_path.resolve()}"]
-    assert r.folder == tmp_path.resolve() and r.results == {}
+        assert r.outputs[rank] == [f"{rank} 3 {rank} 2 file:// {r.folder}"]
+    assert r.folder.parent == tmp_path.resolve() and r.results == {}
     _no_children_left(r.pids)
 
 
@@ -115,7 +115,8 @@ def test_two_launches_of_one_script_at_once_do_not_collide(tmp_path):
     assert not errors, errors
     assert results[0].outputs == {0: ["2"], 1: ["2"]}
     assert results[1].outputs == {0: ["3"], 1: ["3"], 2: ["3"]}
-    assert list(tmp_path.iterdir()) == [script]  # the rendezvous files are gone
+    assert results[0].folder != results[1].folder
+    assert not list(tmp_path.rglob("rendezvous*"))  # the rendezvous files are gone
 
 
 def test_run_folders_are_new_and_old_ones_pruned(monkeypatch, tmp_path):
