@@ -1,15 +1,15 @@
 """Start N ranks of a notebook's script on this machine, stream their output, always end them.
 
-`run(script, args, nprocs=2)` starts `python script args` N times, each process with torchrun's
-variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE) and INIT_METHOD=file://<a new
-folder>/rendezvous: the ranks meet through a file, so no rendezvous server listens anywhere (a
-TCPStore listens on every interface, whatever host it is given), and gloo/NCCL bind to loopback
-(GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME). Added: a deadline, each rank's output streamed with its
-rank, the tree ended on failure, deadline, Ctrl-C or (Linux: PR_SET_PDEATHSIG) a dead kernel.
+`run(script, args, nprocs=2)` starts `python script args` N times with torchrun's variables (RANK,
+WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE) and INIT_METHOD=file://<a new folder>/rendezvous: no
+rendezvous server listens anywhere (a TCPStore listens on every interface, whatever host it is
+given), and gloo/NCCL bind to loopback. Added: a deadline, the output streamed by rank, the tree
+ended on failure, deadline, Ctrl-C or (Linux: PR_SET_PDEATHSIG) a dead kernel.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -44,7 +44,6 @@ class LaunchError(RuntimeError):
 @dataclass
 class RunResult:
     """A finished run: each rank's output lines and `rank<r>.json` (if it wrote one)."""
-
     nprocs: int
     seconds: float
     folder: Path
@@ -62,8 +61,11 @@ def run_folder(name: str) -> Path:
     runs at once never share one); only the newest KEEP_RUNS are kept."""
     root = paths.build_dir() / "ddp_runs"
     root.mkdir(parents=True, exist_ok=True)
-    old = sorted((p.stat().st_mtime, p) for p in root.iterdir() if p.is_dir())
-    for _, p in old[:max(0, len(old) - KEEP_RUNS + 1)]:
+    old = []
+    for p in root.iterdir():
+        with contextlib.suppress(OSError):  # a run beside this one may have pruned it first
+            old.append((p.stat().st_mtime, p))
+    for _, p in sorted(old)[:max(0, len(old) - KEEP_RUNS + 1)]:
         shutil.rmtree(p, ignore_errors=True)
     return Path(tempfile.mkdtemp(prefix=f"{name}_", dir=root))
 
@@ -79,18 +81,17 @@ def rank_env(rank: int, world: int, init_method: str, threads: int) -> dict[str,
 
 def run(script: str | Path, args: list[Any] | tuple[Any, ...] = (), *, nprocs: int = 2,
         threads: int = 1, timeout: float = 300, stream: bool = True) -> RunResult:
-    """Run `python script *args` in `nprocs` ranks, in a new folder beside the script (their
-    working folder: checkpoints, `rank<r>.json`); raise `LaunchError` naming the rank that failed
-    first, or at the deadline; no process is left either way."""
+    """Run `python script *args` in `nprocs` ranks, working in a new folder beside the script;
+    raise `LaunchError` naming the rank that failed first, or at the deadline; none is left."""
     script = Path(script).resolve()
     if not script.is_file():
         raise FileNotFoundError(f"run: script {str(script)!r} is not a file")
-    check_int("nprocs", nprocs, 1, where="run"), check_int("threads", threads, 1, where="run")
+    for name, value in (("nprocs", nprocs), ("threads", threads)):
+        check_int(name, value, 1, where="run")
     check_seconds("timeout", timeout, where="run")
     folder = Path(tempfile.mkdtemp(prefix=f"{script.stem}_{nprocs}ranks_", dir=script.parent))
     init = (folder / "rendezvous").as_uri()  # a new file for every launch
-    q, procs, t0 = queue.Queue(), [], time.monotonic()
-    outputs: dict[int, list[str]] = {r: [] for r in range(nprocs)}
+    q, procs, t0, outputs = queue.Queue(), [], time.monotonic(), {r: [] for r in range(nprocs)}
     try:
         for r in range(nprocs):
             p = subprocess.Popen([sys.executable, str(script), *map(str, args)],
@@ -144,7 +145,6 @@ def _watch(q: queue.Queue, outputs: dict[int, list[str]], nprocs: int, deadline:
     return None, None
 
 
-def _traceback(lines: list[str]) -> str:
-    # torch prefixes an uncaught exception's lines in a rank with "[rank<r>]: "
+def _traceback(lines: list[str]) -> str:  # torch prefixes a rank's traceback: "[rank<r>]: "
     starts = [i for i, line in enumerate(lines) if "Traceback (most recent call last)" in line]
     return "\n".join(lines[starts[-1]:] if starts else lines[-20:])
