@@ -27,7 +27,8 @@ timing
 plotting
   plotting        a live training plot, bars labelled with ratios, a waterfall, one_at_a_time
 devices
-  devices         whichever accelerator there is (CUDA, MPS, XPU, else the CPU): sync, memory
+  devices         whichever accelerator there is (CUDA, MPS, XPU, else the CPU): sync, memory,
+                  what it can do (bf16 in hardware, torch.compile, kernels in this torch build)
 distributed
   launch          N ranks of a notebook's script, meeting through a file; always cleaned up
   processes       children that die with their parent; ending a whole process tree
@@ -45,4 +46,34 @@ records into it: `from helpers.suite import results`)
   lab             JupyterLab, started the way `make lab` starts it
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
+
+
+def _warn_below_torch_floor() -> None:
+    """Name the installed torch and the tested floor in one line when torch is older than the
+    floor, before an unrelated error (an API that version lacks) could say it less clearly.
+    The floor is read from this package's own metadata (pyproject.toml), the one place it lives."""
+    import re
+    import warnings
+    from importlib import metadata
+
+    try:
+        requirements = metadata.requires("feed-the-gpu") or []
+        installed = metadata.version("torch")
+    except metadata.PackageNotFoundError:  # a bare checkout on sys.path, or no torch at all
+        return
+    floor = next((m.group(1) for r in requirements
+                  if (m := re.fullmatch(r"torch\s*>=\s*([\d.]+)", r.split(";")[0].strip()))), None)
+    if floor is None:
+        return
+
+    def release(v: str) -> tuple[int, ...]:
+        return tuple(int(x) for x in re.findall(r"\d+", v.split("+")[0])[:3])
+
+    if release(installed) < release(floor):
+        warnings.warn(f"Feed the GPU is tested on torch >= {floor}; this environment has torch "
+                      f"{installed}: some notebooks may fail. Upgrade with: pip install 'torch>={floor}'",
+                      stacklevel=2)
+
+
+_warn_below_torch_floor()

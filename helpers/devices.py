@@ -1,16 +1,18 @@
-"""Devices: d2l's names (`try_gpu`, `try_all_gpus`), synchronisation, memory counters and a
-hardware summary, for whichever accelerator this machine has: an NVIDIA GPU (`cuda`), an Apple
-GPU (`mps`) or an Intel GPU (`xpu`), else the CPU.
+"""Devices: d2l's names (`try_gpu`, `try_all_gpus`), synchronisation, memory counters, what a
+device can do (bf16 in hardware, `torch.compile`, kernels in this torch build) and a hardware
+summary, for whichever accelerator this machine has: an NVIDIA GPU (`cuda`), an Apple GPU (`mps`)
+or an Intel GPU (`xpu`), else the CPU.
 
-Built on `torch.accelerator` (PyTorch >= 2.6) where the installed torch has it, with a fallback to
-the per-backend modules for older versions. What does not exist on a backend (a peak-memory
-counter on MPS, NCCL and CUDA graphs anywhere but CUDA) is reported as missing, never faked.
+Built on `torch.accelerator` (every supported torch has it). What does not exist on a backend (a
+peak-memory counter on MPS, NCCL and CUDA graphs anywhere but CUDA) is reported as missing,
+never faked.
 """
 
 from __future__ import annotations
 
 import os
 import platform
+import re
 import subprocess
 from typing import Any
 
@@ -27,57 +29,22 @@ def cpu() -> torch.device:
     return torch.device("cpu")
 
 
-def _mps_available() -> bool:
-    mps = getattr(torch.backends, "mps", None)
-    return bool(mps is not None and mps.is_available())
-
-
-def _xpu_available() -> bool:
-    xpu = getattr(torch, "xpu", None)
-    return bool(xpu is not None and xpu.is_available())
-
-
 def accelerator() -> str | None:
     """The accelerator type torch can use here, `'cuda'`, `'mps'` or `'xpu'`, or None (CPU only)."""
-    acc = getattr(torch, "accelerator", None)
-    if acc is not None and hasattr(acc, "current_accelerator"):
-        if hasattr(acc, "is_available") and not acc.is_available():
-            return None
-        dev = acc.current_accelerator()
-        if dev is None or dev.type not in GPU_TYPES:
-            return None
-        return dev.type if hasattr(acc, "is_available") else _available_by_backend(dev.type)
-    # torch < 2.6: no torch.accelerator
-    for kind in GPU_TYPES:
-        if _available_by_backend(kind):
-            return kind
-    return None
-
-
-def _available_by_backend(kind: str) -> str | None:
-    if kind == "cuda" and torch.cuda.is_available():
-        return "cuda"
-    if kind == "mps" and _mps_available():
-        return "mps"
-    if kind == "xpu" and _xpu_available():
-        return "xpu"
-    return None
+    if not torch.accelerator.is_available():
+        return None
+    dev = torch.accelerator.current_accelerator()
+    return dev.type if dev is not None and dev.type in GPU_TYPES else None
 
 
 def _backend(kind: str) -> Any:
     """torch.cuda, torch.mps or torch.xpu."""
-    return {"cuda": torch.cuda, "mps": getattr(torch, "mps", None), "xpu": getattr(torch, "xpu", None)}[kind]
+    return {"cuda": torch.cuda, "mps": torch.mps, "xpu": torch.xpu}[kind]
 
 
 def num_gpus() -> int:
     """How many accelerator devices there are (an Apple GPU counts as one)."""
-    kind = accelerator()
-    if kind is None:
-        return 0
-    acc = getattr(torch, "accelerator", None)
-    if acc is not None and hasattr(acc, "device_count"):
-        return int(acc.device_count())
-    return 1 if kind == "mps" else int(_backend(kind).device_count())
+    return int(torch.accelerator.device_count()) if accelerator() else 0
 
 
 def _gpu(kind: str, i: int) -> torch.device:
@@ -156,13 +123,7 @@ def synchronize(device: str | torch.device | None = None) -> None:
         for i in range(backend.device_count()):
             backend.synchronize(i)
         return
-    acc = getattr(torch, "accelerator", None)
-    if acc is not None and hasattr(acc, "synchronize"):
-        acc.synchronize(dev)
-    elif kind == "mps":
-        torch.mps.synchronize()
-    else:
-        _backend(kind).synchronize(dev)
+    torch.accelerator.synchronize(dev)
 
 
 # --------------------------------------------------------------------------- memory counters
@@ -214,18 +175,6 @@ def pin_memory_useful(device: str | torch.device | None = None) -> bool:
     return kind in ("cuda", "xpu")
 
 
-def autocast_dtypes(device: str | torch.device) -> list[torch.dtype]:
-    """The reduced-precision dtypes autocast can use on `device` here (fp16 first where it is fast)."""
-    dev = _parse(device)
-    if dev.type == "cpu":
-        return [torch.bfloat16]
-    if dev.type == "cuda":
-        return [torch.float16] + ([torch.bfloat16] if bf16_supported(dev) else [])
-    if dev.type == "mps":
-        return [torch.float16] + ([torch.bfloat16] if bf16_supported(dev) else [])
-    return [torch.float16, torch.bfloat16]  # xpu
-
-
 def bf16_supported(device: str | torch.device = "cpu") -> bool:
     """True when `device` advertises bf16 arithmetic (CUDA: native support; MPS: macOS 14 or newer;
     CPU: the avx512_bf16 or amx_bf16 instruction flags). Whether PyTorch's kernels actually run
@@ -235,13 +184,81 @@ def bf16_supported(device: str | torch.device = "cpu") -> bool:
     if dev.type == "cuda":
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
     if dev.type == "mps":
-        mps = getattr(torch.backends, "mps", None)
-        newer = getattr(mps, "is_macos_or_newer", None)
-        return bool(_mps_available() and newer is not None and newer(14, 0))
+        return bool(torch.backends.mps.is_available() and torch.backends.mps.is_macos_or_newer(14, 0))
     if dev.type == "xpu":
-        return _xpu_available() and bool(torch.xpu.is_bf16_supported())
+        return bool(torch.xpu.is_available() and torch.xpu.is_bf16_supported())
     flags = _cpu_flags()
     return bool({"avx512_bf16", "amx_bf16"} & flags)
+
+
+# ------------------------------------------------------------------- what a device can do
+# `capability` (major, minor) asks about a CUDA GPU that is not here: tests, or planning a run.
+
+_Capability = tuple[int, int]
+
+
+def _capability(dev: torch.device, capability: _Capability | None) -> _Capability | None:
+    """The CUDA compute capability: the one given, else the device's; None without a CUDA GPU."""
+    if capability is not None:
+        if not (isinstance(capability, tuple) and len(capability) == 2
+                and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in capability)):
+            raise ValueError(f"capability must be a (major, minor) pair of ints such as (8, 0), got {capability!r}")
+        return capability
+    if dev.type != "cuda" or not torch.cuda.is_available():
+        return None
+    return tuple(torch.cuda.get_device_capability(dev))
+
+
+def bf16_native(device: str | torch.device = "cpu", capability: _Capability | None = None) -> bool:
+    """True when `device` does bf16 arithmetic in hardware: a CUDA GPU of compute capability 8.0
+    or newer (Ampere on; a T4 or V100 emulates bf16, slower than fp16); MPS and the CPU as
+    `bf16_supported` finds (macOS 14; the CPU's avx512_bf16 / amx_bf16 flags)."""
+    dev = _parse(device)
+    if dev.type != "cuda":
+        return bf16_supported(dev)
+    cap = _capability(dev, capability)
+    return cap is not None and cap >= (8, 0)
+
+
+def compile_supported(device: str | torch.device = "cpu", capability: _Capability | None = None) -> bool:
+    """True where `torch.compile`'s default backend (Inductor) makes code for `device`: the CPU
+    (C++), Intel GPUs and CUDA GPUs of compute capability 7.0 or newer (Triton's minimum: a P100
+    is older). MPS: False, as this suite has not run Inductor's Metal code; notebooks run eager
+    there and say so."""
+    dev = _parse(device)
+    if dev.type == "cuda":
+        cap = _capability(dev, capability)
+        return cap is not None and cap >= (7, 0)
+    return dev.type in ("cpu", "xpu")
+
+
+def torch_built_for(device: str | torch.device = "cuda", capability: _Capability | None = None,
+                    arch_list: list[str] | None = None) -> tuple[bool, str]:
+    """Whether this torch ships kernels `device` can run, and why. A CUDA build carries machine
+    code for a list of architectures (`torch.cuda.get_arch_list()`, or `arch_list`): it runs on a
+    GPU of the same major version and an equal or higher minor (sm_80 code on an sm_86 A10G); PTX
+    (`compute_XY`) runs on any GPU at least that new. A P100 (sm_60) or V100 (sm_70) with a build
+    that starts at sm_75 gets "no kernel image is available": False, with the reason."""
+    dev = _parse(device)
+    if dev.type != "cuda":
+        return True, f"{dev.type}: no CUDA architecture to match"
+    cap = _capability(dev, capability)
+    if cap is None:
+        return False, "no CUDA GPU here (pass capability=(major, minor) to ask about one)"
+    archs = torch.cuda.get_arch_list() if arch_list is None else list(arch_list)
+    if not archs:
+        return False, "this torch has no CUDA kernels (a CPU-only build)"
+    for arch in archs:
+        m = re.fullmatch(r"(sm|compute)_(\d+)(\d)(a?)f?", arch)
+        if m is None:
+            continue
+        major, minor, exact = int(m[2]), int(m[3]), m[4] == "a"  # sm_90a: for 9.0 exactly
+        runs = (major, minor) <= cap if m[1] == "compute" else (
+            major == cap[0] and (minor == cap[1] if exact else minor <= cap[1]))
+        if runs:
+            return True, f"this torch's {arch} code runs on sm_{cap[0]}{cap[1]}"
+    return False, (f"this torch ships kernels for {', '.join(archs)}, none of which runs on this "
+                   f"sm_{cap[0]}{cap[1]} GPU: install a torch built for it (an older CUDA build)")
 
 
 def _cpu_flags() -> set[str]:
@@ -277,10 +294,8 @@ def _cpu_name() -> str:
 def _gpu_info(kind: str, i: int) -> dict[str, Any]:
     """One accelerator's entry in `hardware_summary()["gpus"]`."""
     if kind == "mps":
-        ram = psutil.virtual_memory().total
-        rec = getattr(torch.mps, "recommended_max_memory", None)
         return {"index": 0, "type": "mps", "name": f"{_cpu_name()} GPU (Metal)",
-                "memory_gib": round((rec() if rec else ram) / 2**30, 1), "unified_memory": True,
+                "memory_gib": round(torch.mps.recommended_max_memory() / 2**30, 1), "unified_memory": True,
                 "capability": None, "multiprocessors": None, "bf16": bf16_supported("mps")}
     p = _backend(kind).get_device_properties(i)
     return {"index": i, "type": kind, "name": p.name,

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -51,11 +53,18 @@ def runs_dir() -> Path:
     return build_dir() / "runs"
 
 
-def new_run_dir() -> Path:
+def new_run_dir(keep: int = 20) -> Path:
     """A fresh `<build>/runs/<date>_<time>[_N]/` (created here: two runs started in the same
-    second get different folders)."""
+    second get different folders). Older finished runs beyond the newest `keep` are removed
+    (never one still running: its `run.json` says so)."""
     root = runs_dir()
     root.mkdir(parents=True, exist_ok=True)
+    for old in sorted(d for d in root.iterdir() if d.is_dir())[:-keep]:
+        try:
+            if json.loads((old / "run.json").read_text()).get("state") in ("finished", "interrupted"):
+                shutil.rmtree(old, ignore_errors=True)
+        except (OSError, ValueError):
+            pass
     stamp = time.strftime("%Y-%m-%d_%H%M%S")
     for n in range(1000):
         d = root / (stamp if n == 0 else f"{stamp}_{n}")
@@ -108,3 +117,20 @@ def reference_run_dir(device_name: str, date: str | None = None) -> Path:
         raise ValueError(f"reference_run_dir: device_name must be a non-empty string, got {device_name!r}")
     slug = re.sub(r"[^A-Za-z0-9]+", "-", device_name).strip("-")
     return reference_results_dir() / f"{date or time.strftime('%Y-%m-%d')}_{slug}"
+
+
+def save_reference(results: Path, target: Path | None = None) -> Path:
+    """Copy a run's result files (JSON, one per notebook) to a reference folder, named after the
+    first GPU the run found (else the CPU) unless `target` is given. Figures stay behind: the
+    report shows a reference run's figures and verdicts, not its plots."""
+    files = sorted(Path(results).glob("*.json"))
+    if not files:
+        raise FileNotFoundError(f"save_reference: no result files in {results}; run the notebooks first")
+    if target is None:
+        hw = json.loads(files[0].read_text()).get("hardware", {})
+        gpus = hw.get("gpus") or []
+        target = reference_run_dir(gpus[0]["name"] if gpus else hw.get("cpu") or "cpu")
+    target.mkdir(parents=True, exist_ok=True)
+    for f in files:
+        shutil.copy2(f, target / f.name)
+    return target

@@ -29,61 +29,50 @@ def _in_notebook() -> bool:
         return False
 
 
-# Held by a thread of the kernel while it runs a cell or handles a widget message (the `comm`
-# package fires pre_execute/post_execute around each one). Re-entrant: interact() calls the
-# callback once inside the cell that creates the controls.
-_ONE_AT_A_TIME = threading.RLock()
-_this_thread = threading.local()   # .holds: this thread's pre_execute took the lock
+# Held by the thread that runs a cell or handles a widget message, from IPython's pre_execute to
+# its post_execute (the `comm` package fires both around each widget message, in whichever thread
+# handles it). Re-entrant: interact() calls the callback inside the cell that creates the controls.
+_TURN = threading.RLock()
+_held = threading.local()  # .on: this thread's pre_execute took _TURN
 
 
-def _cell_starts(*_: object) -> None:
-    # Cells and widget messages do not nest, so a hold left from before is one whose
-    # post_execute never came (a widget handler raised): give it back, or the kernel would hang.
-    if getattr(_this_thread, "holds", False):
-        _ONE_AT_A_TIME.release()
-    _ONE_AT_A_TIME.acquire()
-    _this_thread.holds = True
+def _take_turn(*_: object) -> None:
+    if not getattr(_held, "on", False):  # already held: a handler that raised never gave it back
+        _TURN.acquire()
+        _held.on = True
 
 
-def _cell_ends(*_: object) -> None:
-    # registered after matplotlib's inline flush, so figures are drawn and closed before release
-    if getattr(_this_thread, "holds", False):
-        _this_thread.holds = False
-        _ONE_AT_A_TIME.release()
-
-
-def _hook_cells() -> None:
-    """Make each cell and each widget message the kernel handles hold the lock, one at a time."""
-    if not _in_notebook():
-        return
-    from IPython import get_ipython
-
-    events = get_ipython().events
-    if _cell_starts in events.callbacks["pre_execute"]:
-        return
-    events.register("pre_execute", _cell_starts)
-    events.register("post_execute", _cell_ends)
-    _cell_starts()  # the cell running now; its post_execute gives the lock back
+def _give_turn(*_: object) -> None:
+    # registered after matplotlib's inline flush: figures are shown and closed before the next turn
+    if getattr(_held, "on", False):
+        _held.on = False
+        _TURN.release()
 
 
 def one_at_a_time(fn: _Fn) -> _Fn:
-    """Run `fn`, an ipywidgets callback, only while no cell and no other callback runs.
+    """Run `fn`, an ipywidgets callback, only while no cell and no other widget message runs.
 
     Why: JupyterLab 4.6 with ipykernel 7 sends widget messages over a kernel *subshell*, so from
     the second change of a control on, its callback runs in a thread of its own, at the same time
     as the cell the kernel is running. Two measurements would share the cores (both numbers
     wrong), `torch.set_num_threads` would change under the cell, and the two threads would draw,
     show and close each other's pyplot figures. ipywidgets has no switch for this, so from the
-    first call on, every cell and every widget message holds one lock while it runs.
+    first call on, every cell and every widget message takes one turn at a time.
     """
     if not callable(fn):
         raise TypeError(f"one_at_a_time: fn must be a function (the explore callback), "
                         f"got {type(fn).__name__} {fn!r}")
-    _hook_cells()
+    if _in_notebook():
+        from IPython import get_ipython
+
+        events = get_ipython().events
+        if _take_turn not in events.callbacks["pre_execute"]:
+            events.register("pre_execute", _take_turn)
+            events.register("post_execute", _give_turn)
 
     @functools.wraps(fn)   # keeps the signature: interact() reads the defaults from it
     def waits_its_turn(*args: Any, **kwargs: Any) -> Any:
-        with _ONE_AT_A_TIME:   # also when called from a thread of one's own
+        with _TURN:   # also where no pre_execute took it: the cell that registered the hooks
             return fn(*args, **kwargs)
 
     return waits_its_turn  # type: ignore[return-value]

@@ -24,18 +24,27 @@ _CHOICES = (*PROFILES, "auto")
 ENV_VAR = "FTG_PROFILE"
 
 
-def resolve(name: str | None = None) -> str:
-    """Turn a profile name (or `None` = the environment's, or `auto`) into `smoke` or `full`."""
+def choose(name: str | None = None, given: str = "asked for") -> tuple[str, str]:
+    """`name` (else `$FTG_PROFILE`, else `auto`) as `smoke` or `full`, and the reason it was chosen
+    (`given`: what to say of a `name` passed in)."""
+    reason = given
     if name is None:
-        name = os.environ.get(ENV_VAR, "auto")
+        name, reason = ((os.environ[ENV_VAR], f"from the environment ({ENV_VAR})") if os.environ.get(ENV_VAR)
+                        else ("auto", "the default"))
     if not isinstance(name, str):
         raise TypeError(f"profile must be a string, one of {', '.join(_CHOICES)}; got {name!r}")
     name = check_choice(f"profile (or ${ENV_VAR})", name.strip().lower(), _CHOICES)
     if name == "auto":
         from helpers import devices
 
-        return "full" if devices.accelerator() else "smoke"
-    return name
+        name, reason = ("full", f"{reason}, auto: a GPU is present") if devices.accelerator() \
+            else ("smoke", f"{reason}, auto: no GPU here")
+    return name, reason
+
+
+def resolve(name: str | None = None) -> str:
+    """Turn a profile name (or `None` = the environment's, or `auto`) into `smoke` or `full`."""
+    return choose(name)[0]
 
 
 @dataclass

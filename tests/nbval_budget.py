@@ -13,11 +13,12 @@ cores they took, read from the load average (`allowed_seconds`): slower, not red
 from __future__ import annotations
 
 import os
-import tomllib
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
+
+from helpers.suite import catalog
 
 CATALOG = Path(os.environ.get("FTG_CATALOG", Path(__file__).resolve().parents[1] / "notebooks" / "catalog.toml"))
 _durations: dict[str, float] = defaultdict(float)
@@ -43,11 +44,6 @@ def allowed_seconds(budget: float, load: float, cores: int) -> float:
     return budget * (1 + others / cores)
 
 
-def load_catalog(path: Path = CATALOG) -> dict[str, dict]:
-    with open(path, "rb") as f:
-        return {e["file"]: e for e in tomllib.load(f)["notebook"]}
-
-
 class BudgetItem(pytest.Item):
     def __init__(self, *, entry: dict | None, nb: str, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -68,16 +64,16 @@ class BudgetItem(pytest.Item):
 
 
 def pytest_collection_modifyitems(session, config, items) -> None:
-    catalog = load_catalog()
+    entries = {e["file"]: e for e in catalog.load(CATALOG)}
     out, last_parent = [], None
     for item in items + [None]:
         parent = item.parent if item is not None and str(item.path).endswith(".ipynb") else None
         if last_parent is not None and parent is not last_parent:
             nb = Path(last_parent.path).name
-            out.append(BudgetItem.from_parent(last_parent, name="budget", entry=catalog.get(nb), nb=nb))
+            out.append(BudgetItem.from_parent(last_parent, name="budget", entry=entries.get(nb), nb=nb))
         if item is not None:
             if parent is not None:
-                entry = catalog.get(Path(item.path).name) or {}
+                entry = entries.get(Path(item.path).name) or {}
                 if entry.get("skip_reason"):
                     item.add_marker(pytest.mark.skip(reason=entry["skip_reason"]))
             out.append(item)

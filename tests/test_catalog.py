@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.nbval_budget import load_catalog
+from helpers.suite import catalog
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
-CATALOG = load_catalog()
+CATALOG = {e["file"]: e for e in catalog.load()}
 ON_DISK = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
 
 

@@ -84,3 +84,25 @@ def test_dev_tools_are_an_extra_not_runtime_dependencies():
     assert not {"pytest", "nbval", "ruff", "playwright", "nbstripout", "d2l"} & runtime
     assert set(project["optional-dependencies"]["dev"]) == set(
         _pins((ROOT / "requirements-dev.txt").read_text().splitlines()))
+
+
+def test_import_names_torch_and_the_floor_when_torch_is_older(monkeypatch):
+    import warnings
+    from importlib import metadata
+
+    import helpers
+
+    floor = _bounds(_project()["dependencies"])["torch"]
+    real_version = metadata.version
+    for installed, warns in ((floor, False), (floor + "+cu126", False), ("2.10.1", True),
+                             ("2.99.0", False)):
+        monkeypatch.setattr(metadata, "version",
+                            lambda name, v=installed: v if name == "torch" else real_version(name))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            helpers._warn_below_torch_floor()
+        lines = [str(w.message) for w in caught]
+        assert bool(lines) == warns, (installed, lines)
+        if warns:
+            assert f"torch >= {floor}" in lines[0] and f"torch {installed}" in lines[0]
+            assert "\n" not in lines[0]

@@ -191,7 +191,9 @@ CASES = [
     case(devices.max_memory_allocated, ValueError, r"cpu has no peak-memory counter", "cpu"),
     case(devices.empty_cache, ValueError, r"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'tpu'", "tpu"),
     case(devices.pin_memory_useful, TypeError, r"device must be a string", 3.5),
-    case(devices.autocast_dtypes, ValueError, r"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'gpu0'", "gpu0"),
+    case(devices.bf16_native, ValueError, r"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'gpu0'", "gpu0"),
+    case(devices.compile_supported, ValueError, r"capability must be a \(major, minor\) pair of ints such as \(8, 0\), got 7.5", "cuda", 7.5),
+    case(devices.torch_built_for, ValueError, r"capability must be a \(major, minor\) pair .* got \(8, '0'\)", "cuda", (8, "0")),
     case(devices.describe_hardware, TypeError, r"summary must be the dict from hardware_summary\(\) or None; got int", 5),
     case(devices.describe_hardware, ValueError, r"summary lacks \[.*'ram_gib'.*\]", {"cpu": "x"}),
     *([case(devices.as_device, ValueError, r"device 'cuda' asked for, but this machine has no CUDA GPU", "cuda"),
@@ -235,6 +237,7 @@ CASES = [
     # --- profiles --------------------------------------------------------------------------
     case(profiles.resolve, ValueError, r"profile \(or \$FTG_PROFILE\) must be one of 'smoke', 'full', 'auto', got 'fast'", "fast"),
     case(profiles.resolve, TypeError, r"profile must be a string, one of smoke, full, auto; got 5", 5),
+    case(profiles.choose, ValueError, r"profile \(or \$FTG_PROFILE\) must be one of .* got 'fast'", "fast"),
     case(profiles.active, ValueError, r"profile \(or \$FTG_PROFILE\) must be one of 'smoke', 'full', 'auto', got 'tiny'", "tiny"),
     case(profiles.Profile, ValueError, r"name must be one of smoke, full .* got 'fast'", "fast"),
     case(profiles.Profile, ValueError, r"name must be one of smoke, full .* got 'auto'", "auto"),

@@ -32,23 +32,56 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 
-def test_every_notebook_starts_with_the_setup_cell_and_has_badges():
+def test_every_notebook_has_the_setup_cell_after_its_title_and_badges():
     code = setup_cell.source()
+    assert len(code.splitlines()) <= 5
     for nb_path in NOTEBOOKS:
         nb = nbformat.read(nb_path, as_version=4)
-        first = nb.cells[0]
-        assert first.cell_type == "code" and first.source == code, \
-            f"{nb_path.name}: first cell is not the setup cell (run `python -m helpers.suite.setup_cell`)"
-        header = next(c for c in nb.cells if c.cell_type == "markdown")
-        assert setup_cell.badges(nb_path.name) in header.source, f"{nb_path.name}: no Colab/Kaggle badges"
+        title, setup = nb.cells[0], nb.cells[1]
+        assert title.cell_type == "markdown" and title.source.startswith("# "), f"{nb_path.name}: no title first"
+        assert "what you will learn" in title.source.lower(), f"{nb_path.name}: the title says what you will learn"
+        assert setup.cell_type == "code" and setup.source == code, \
+            f"{nb_path.name}: the cell after the title is not the setup cell (run `python -m helpers.suite.setup_cell`)"
+        assert sum(code in c.source for c in nb.cells) == 1, f"{nb_path.name}: one setup cell"
+        assert setup_cell.badges(nb_path.name) in title.source, f"{nb_path.name}: no Colab/Kaggle badges"
+
+
+@pytest.mark.parametrize("site", [True, False], ids=["helpers-installed", "not-installed"])
+def test_setup_cell_in_a_clone_installs_nothing_and_finds_the_clones_helpers(site):
+    """Run as IPython runs it, in notebooks/ of this checkout, with the helpers installed or not
+    (`-S`: no site-packages): no pip (it would need IPython), the clone's own helpers import."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    code = TransformerManager().transform_cell(setup_cell.source())
+    assert "run_line_magic('pip'" in code  # the hosted branch is there, and not taken below
+    check = "import helpers; print(helpers.__file__)"
+    run = subprocess.run([sys.executable, *([] if site else ["-S"]), "-c",
+                          f"import os; os.chdir({str(ROOT / 'notebooks')!r})\n{code}\n{check}"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == str(ROOT / "helpers" / "__init__.py"), run.stdout
+
+
+def test_install_missing_installs_only_what_is_missing(monkeypatch, capsys):
+    calls = []
+    monkeypatch.setattr(setup_cell.md, "requires",
+                        lambda d: ["torch>=99.0", "no-such-package-ftg>=1.0", "pytest; extra == 'dev'"])
+    monkeypatch.setattr(setup_cell.md, "version", lambda d: "2.11.0" if d == "torch" else (
+        "0.2.0" if d == "feed-the-gpu" else (_ for _ in ()).throw(md.PackageNotFoundError(d))))
+    monkeypatch.setattr(setup_cell.subprocess, "run", lambda cmd, check: calls.append(cmd))
+    assert setup_cell.install_missing() == ["no-such-package-ftg>=1.0"]
+    assert len(calls) == 1 and calls[0][-1] == "no-such-package-ftg>=1.0" and "torch" not in " ".join(calls[0])
+    out = capsys.readouterr().out
+    assert "Installed the suite's helpers (feed-the-gpu 0.2.0)" in out and "older torch 2.11.0 (tested from 99.0)" in out
 
 
 def test_setup_cell_reads_the_one_repository_url_and_version():
     repo = PYPROJECT["urls"]["Repository"]
     assert repo.startswith("https://github.com/")
     code = setup_cell.source()
-    assert f'REPOSITORY = "{repo}"' in code and f'VERSION = "{PYPROJECT["version"]}"' in code
-    assert "torch" not in [w.strip('",') for w in code.split() if w.startswith('"')]
+    assert f'"git+{repo}@v{PYPROJECT["version"]}"' in code and "--no-deps" in code
+    import helpers
+    assert helpers.__version__ == PYPROJECT["version"]
     readme = (ROOT / "README.md").read_text()
     assert "colab-badge.svg" in readme and "open-in-kaggle.svg" in readme
     assert repo.removeprefix("https://github.com/") in readme
@@ -160,8 +193,8 @@ def test_notebook_runs_from_an_empty_folder_with_only_the_setup_cell(hosted_pyth
         os.environ.clear()
         os.environ.update(old)
         (venv / "installed").write_text(" ".join(_pip_list(venv) - before))
-    setup_out = "".join(o.get("text", "") for o in nb.cells[0].outputs)
-    assert "Installed the suite's helpers from" in setup_out, setup_out
+    setup_out = "".join(o.get("text", "") for o in nb.cells[1].outputs)
+    assert "Installed the suite's helpers (feed-the-gpu" in setup_out, setup_out
     assert "feed-the-gpu" in _pip_list(venv) - before
     assert not {"torch", "torchvision"} & (_pip_list(venv) - before), "the setup cell touched torch"
     assert (work / "build").is_dir(), "results should land in the working directory"

@@ -69,10 +69,10 @@ def test_one_at_a_time_waits_for_the_holder_and_keeps_the_signature():
     cell_holds, cell_may_end = threading.Event(), threading.Event()
 
     def a_cell():   # what the kernel's pre/post_execute hooks do around a cell
-        plotting._cell_starts()
+        plotting._take_turn()
         cell_holds.set()
         cell_may_end.wait(30)
-        plotting._cell_ends()
+        plotting._give_turn()
 
     cell = threading.Thread(target=a_cell)
     cell.start()
@@ -93,12 +93,12 @@ def test_a_hold_whose_end_never_came_is_given_back():
     from helpers import plotting
 
     def handler_that_raised_then_a_good_one():
-        plotting._cell_starts()          # no _cell_ends: the handler raised
-        plotting._cell_starts()          # the next message on the same thread
-        plotting._cell_ends()
+        plotting._take_turn()          # no _give_turn: the handler raised
+        plotting._take_turn()          # the next message on the same thread
+        plotting._give_turn()
 
     t = threading.Thread(target=handler_that_raised_then_a_good_one)
     t.start()
     t.join(30)
-    assert plotting._ONE_AT_A_TIME.acquire(timeout=5), "the lock stayed held after the thread was done"
-    plotting._ONE_AT_A_TIME.release()
+    assert plotting._TURN.acquire(timeout=5), "the lock stayed held after the thread was done"
+    plotting._TURN.release()

@@ -1,11 +1,8 @@
-"""The notebook catalog (`notebooks/catalog.toml`) as data, and the run-time table of the
-instructors' guide (`notebooks/README.md`) generated from it, so the two cannot drift apart.
-The catalog is also the one place that says which notebooks test which claim (`claim_notebooks`;
-the claims themselves and their rules are in `claims`).
+"""The notebook catalog (`notebooks/catalog.toml`) as data: budgets, which notebooks test which
+claim (`claim_notebooks`), and the run-time table of `notebooks/README.md` generated from it
+(`templates/runtime_table.md`; a time not measured yet says so, never a guess).
 
     python -m helpers.suite.catalog          # rewrite the table in notebooks/README.md from the catalog
-
-Times are the measured ones the catalog records; a time not measured yet says so (never a guess).
 """
 
 from __future__ import annotations
@@ -14,6 +11,8 @@ import sys
 import tomllib
 from pathlib import Path
 from typing import Any
+
+import jinja2
 
 from .. import paths
 from .claims import CLAIMS
@@ -30,8 +29,7 @@ def load(path: str | Path = CATALOG) -> list[dict[str, Any]]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"catalog: path {path} is not a file (expected notebooks/catalog.toml)")
-    with open(path, "rb") as f:
-        entries = tomllib.load(f).get("notebook", [])
+    entries = tomllib.loads(path.read_text()).get("notebook", [])
     for e in entries:
         if e.get("needs") not in NEEDS:
             raise ValueError(f"catalog: {e.get('file')!r} has needs={e.get('needs')!r}; "
@@ -74,21 +72,9 @@ def _seconds(value: object) -> str:
 def runtime_table(entries: list[dict[str, Any]]) -> str:
     """A Markdown table: notebook, what it shows, hardware, measured times, claims."""
     _check_entries("runtime_table", entries)
-    rows = [
-        "| notebook | what it shows | needs for the full lesson | smoke, 2-core CPU | "
-        "full, CPU | smoke, GPU | full, GPU | claims |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for e in entries:
-        claims = ", ".join(e.get("claims", [])) or "-"
-        skip = f" (skipped in CI: {e['skip_reason']})" if e.get("skip_reason") else ""
-        rows.append(
-            f"| [`{e['file']}`]({e['file']}) | {e['title']}{skip} | {e['needs']} | "
-            f"{_seconds(e.get('smoke_seconds'))} (budget {e.get('budget_seconds', '?')} s) | "
-            f"{_seconds(e.get('full_seconds_cpu'))} | {_seconds(e.get('smoke_seconds_gpu'))} | "
-            f"{_seconds(e.get('full_seconds_gpu'))} | {claims} |"
-        )
-    return "\n".join(rows)
+    table = jinja2.Environment(loader=jinja2.PackageLoader("helpers.suite", "templates"), trim_blocks=True)
+    table.filters["seconds"] = _seconds
+    return table.get_template("runtime_table.md").render(entries=entries).rstrip("\n")
 
 
 def render_readme(text: str, entries: list[dict[str, Any]]) -> str:
@@ -102,12 +88,9 @@ def render_readme(text: str, entries: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     text = README.read_text()
-    new = render_readme(text, load())
-    if new != text:
+    if (new := render_readme(text, load())) != text:
         README.write_text(new)
-        print(f"updated the run-time table in {README}")
-    else:
-        print(f"{README} is up to date")
+    print(f"updated the run-time table in {README}" if new != text else f"{README} is up to date")
     return 0
 
 

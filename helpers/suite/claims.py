@@ -1,10 +1,9 @@
 """The claims ledger, and the one rule per claim that turns measurements into its verdict.
 
-Each `Rule` names the measured quantities it compares, its thresholds and where each comes from
-(the article's own number, a physical fact, or a stated tolerance), and every verdict it can
-return. Notebooks call `judge` (through `Recorder.judge`); the report shows the rule beside the
-verdict. A rule must be able to return at least two verdicts (tests/test_claims.py feeds each
-one measurements on both sides of its thresholds).
+Each `Rule` names the quantities it compares, its thresholds and their source (the article's own
+number, a physical fact, or a stated tolerance), and every verdict it can return (at least two:
+tests/test_claims.py feeds each rule both sides of its thresholds). Notebooks call `judge`
+(through `Recorder.judge`); the report shows the rule beside the verdict.
 
     verdict = judge("L3", mem_ratio=4.0, copy_gain=None)   # -> "needs a GPU"
 """
@@ -44,16 +43,8 @@ CLAIMS: dict[str, str] = {
 }
 
 # Verdicts start with one of these; "holds only when" is followed by the condition.
-VERDICT_KINDS = (
-    "holds",
-    "holds only when",
-    "does not hold here",
-    "advice",
-    "needs a GPU",
-    "needs >=2 GPUs",
-    "needs the real data set",
-    "needs a run on other hardware",
-)
+VERDICT_KINDS = ("holds", "holds only when", "does not hold here", "advice", "needs a GPU", "needs >=2 GPUs",
+                 "needs the real data set", "needs a run on other hardware")
 
 HOLDS, NOT_HERE = "holds", "does not hold here"
 GPU, GPUS2, REAL_DATA = "needs a GPU", "needs >=2 GPUs", "needs the real data set"

@@ -1,11 +1,10 @@
-"""Start JupyterLab on the notebooks the way `make lab` does; the browser test starts it the same way.
+"""Start JupyterLab on the notebooks the way `make lab` does (the browser test too):
 
     python -m helpers.suite.lab notebooks          # what `make lab` runs
 
-Loopback only, token auth (JupyterLab's own, printed in the URL), no "news" or update pop-up
-(the settings in `helpers/suite/jupyter_config/`, added to the Jupyter config path), and `--allow-root`
-only when running as root, as learners in containers often do. The environment is passed on
-as it is: nothing here sets a matplotlib backend, so kernels draw inline.
+Loopback, JupyterLab's own token, no "news" or update pop-up (`jupyter_config/` on the Jupyter
+config path), `--allow-root` only as root (containers). No matplotlib backend is set: kernels
+draw inline.
 """
 
 from __future__ import annotations
@@ -20,11 +19,9 @@ CONFIG_DIR = Path(__file__).resolve().parent / "jupyter_config"
 
 def command(root: str | Path, extra: Sequence[str] = ()) -> list[str]:
     """The JupyterLab command line for `root` (a folder); `extra` flags go last and win."""
-    root = Path(root)
-    if not root.is_dir():
+    if not Path(root).is_dir():
         raise FileNotFoundError(f"lab.command: root {root} is not a folder")
-    cmd = [sys.executable, "-m", "jupyterlab", str(root),
-           "--ServerApp.ip=127.0.0.1",
+    cmd = [sys.executable, "-m", "jupyterlab", str(root), "--ServerApp.ip=127.0.0.1",
            "--LabApp.news_url=None",  # announcements off at the server too, not only in the UI
            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
     if hasattr(os, "geteuid") and os.geteuid() == 0:

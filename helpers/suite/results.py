@@ -6,8 +6,8 @@
     rec.judge("L3", figure="4.0x less memory per batch", mem_ratio=4.0, copy_gain=2.5)
     rec.figure(fig, "batch_memory")
 
-Every call rewrites `build/results/<notebook>.json` at once, so a notebook stopped half-way
-still leaves what it measured.
+Every call rewrites `build/results/<notebook>.json` at once: a notebook stopped half-way leaves
+what it measured.
 """
 
 from __future__ import annotations
@@ -39,15 +39,9 @@ class Recorder:
         self.directory = Path(directory) if directory is not None else paths.results_dir()
         self.path = self.directory / f"{notebook}.json"
         self.data: dict[str, Any] = {
-            "notebook": notebook,
-            "profile": profile.name if isinstance(profile, Profile) else profile,
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "hardware": hardware_summary(),
-            "data_sources": {},
-            "measurements": [],
-            "verdicts": [],
-            "figures": [],
-        }
+            "notebook": notebook, "profile": profile.name if isinstance(profile, Profile) else profile,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "hardware": hardware_summary(),
+            "data_sources": {}, "measurements": [], "verdicts": [], "figures": []}
         self.save()
 
     def data_source(self, dataset: str, *, synthetic: bool, detail: str = "") -> None:
@@ -65,21 +59,12 @@ class Recorder:
             raise ValueError("measure: name must be a non-empty string")
         if not isinstance(unit, str):
             raise ValueError(f"measure: unit must be a string such as 's' or 'samples/s', got {unit!r}")
-        if isinstance(value, (str, bytes, bool)) or not hasattr(value, "__float__"):
-            raise TypeError(f"measure: value for {name!r} must be a number, got {value!r}")
-        value = float(value)
-        if math.isnan(value):
-            raise ValueError(f"measure: value for {name!r} is NaN")
-        if math.isinf(value):
-            raise ValueError(f"measure: value for {name!r} is infinite ({value}); record a finite "
-                             "figure (a zero time? measure more repeats)")
-        if ratio is not None:
-            if isinstance(ratio, (str, bytes, bool)) or not hasattr(ratio, "__float__"):
-                raise TypeError(f"measure: ratio for {name!r} must be a number or None, got {ratio!r}")
-            ratio = float(ratio)
-            if not math.isfinite(ratio):
-                raise ValueError(f"measure: ratio for {name!r} must be finite, got {ratio}")
-        for k, v in extra.items():
+        value = _number(f"value for {name!r}", value)
+        if math.isnan(value) or math.isinf(value):
+            raise ValueError(f"measure: value for {name!r} is " + ("NaN" if math.isnan(value) else
+                             f"infinite ({value}); record a finite figure (a zero time? measure more repeats)"))
+        ratio = None if ratio is None else _number(f"ratio for {name!r}", ratio, " or None")
+        for k, v in {"ratio": ratio, **extra}.items():
             if isinstance(v, float) and not math.isfinite(v):
                 raise ValueError(f"measure: {k} for {name!r} must be finite, got {v}")
         entry = {"name": name, "value": value, "unit": unit, "ratio": ratio, "note": note, **extra}
@@ -146,6 +131,12 @@ class Recorder:
         paths.write_atomic(self.path, json.dumps(self.data, indent=1, default=str, allow_nan=False))
 
 
+def _number(what: str, v: Any, alternative: str = "") -> float:
+    if isinstance(v, (str, bytes, bool)) or not hasattr(v, "__float__"):
+        raise TypeError(f"measure: {what} must be a number{alternative}, got {v!r}")
+    return float(v)
+
+
 def load_all(directory: str | Path | None = None, *,
              problems: list[str] | None = None) -> list[dict[str, Any]]:
     """Every notebook's results in `directory` (default: this machine's), sorted by notebook.
@@ -154,10 +145,9 @@ def load_all(directory: str | Path | None = None, *,
     d = Path(directory) if directory is not None else paths.results_dir()
     out = []
     for p in sorted(d.glob("*.json")):
-        problem = None
+        problem, raw = None, b""
         try:
-            raw = p.read_bytes()
-            data = json.loads(raw.decode("utf-8"))
+            data = json.loads((raw := p.read_bytes()).decode("utf-8"))
         except UnicodeDecodeError as e:
             problem = f"is not UTF-8 text (byte {e.start})"
         except json.JSONDecodeError as e:
@@ -168,11 +158,9 @@ def load_all(directory: str | Path | None = None, *,
         else:
             if not isinstance(data, dict) or not isinstance(data.get("notebook"), str):
                 problem = "is not a results file (no 'notebook' entry)"
-        if problem:
-            msg = f"{p} {problem}: its measurements and verdicts are missing from the report"
-            warnings.warn(msg, stacklevel=2)
-            if problems is not None:
-                problems.append(msg)
+        if problem is None:
+            out.append(data)
             continue
-        out.append(data)
+        warnings.warn(msg := f"{p} {problem}: its measurements and verdicts are missing from the report", stacklevel=2)
+        (problems if problems is not None else []).append(msg)
     return out

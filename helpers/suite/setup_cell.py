@@ -1,61 +1,53 @@
-"""The first cell of every notebook: makes the notebook runnable where the suite is not installed.
+"""The setup cell after every notebook's title, and the Colab/Kaggle badges under the title.
 
-In a clone of the suite it does nothing (the helpers import already). On Colab, Kaggle or any
-Jupyter that has PyTorch but not the suite, it installs the suite's helpers from the project's
-repository (`[project.urls] Repository` in pyproject.toml), at the version the notebook belongs
-to, and their small dependencies; it never installs or upgrades torch or torchvision, because a
-hosted notebook's torch is built for its GPU and replacing it breaks the runtime. The data sets
-are fetched by the notebook's own cells (torchvision download, or the synthetic stand-in offline).
-`FTG_SOURCE=<path or pip URL>` installs from there instead (a test points it at a local clone).
+In a clone the cell does nothing (one whose helpers are not installed puts itself on the path).
+Elsewhere pip installs the helpers alone, at the notebook's version, from `[project.urls]` in
+pyproject.toml (or `FTG_SOURCE`, a path or pip URL: tests), then `install_missing` adds what the
+machine lacks, never torch or the Jupyter packages (the service's, built for its GPU and runtime).
+Only the standard library is imported at the top: `install_missing` runs right after that pip.
 
-    python -m helpers.suite.setup_cell     # write the cell into every notebook (tests check it is there)
+    python -m helpers.suite.setup_cell && nbstripout notebooks/*.ipynb   # every notebook (tests check)
 """
 
 from __future__ import annotations
 
+import importlib.metadata as md
+import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
-import nbformat
-
 from .. import paths
 
-MARKER = "# Setup for Colab, Kaggle"
+TEMPLATE = '''import importlib.util, os, sys  # noqa: E401
+sys.path += [os.path.abspath("..")] if os.path.isfile("../helpers/__init__.py") and not importlib.util.find_spec("helpers") else []  # a clone
+if importlib.util.find_spec("helpers") is None:  # Colab, Kaggle, a Jupyter without the suite: install its helpers, never torch
+    %pip install -q --no-deps {{os.environ.get("FTG_SOURCE") or "git+{repository}@v{version}"}}
+    import helpers.suite.setup_cell as s; s.install_missing()  # what they need and this machine lacks'''
 
-TEMPLATE = '''# Setup for Colab, Kaggle or any Jupyter without this suite: installs its helpers, never torch.
-# In a clone of the suite this cell does nothing.
-import importlib.metadata as md, importlib.util, os, re, subprocess, sys  # noqa: E401
-from pathlib import Path
 
-REPOSITORY = "{repository}"  # [project.urls] in pyproject.toml
-VERSION = "{version}"  # the suite's version this notebook belongs to
-if importlib.util.find_spec("helpers") is None:
-    if Path("../helpers/__init__.py").is_file():  # a clone whose helpers are not installed
-        sys.path.insert(0, str(Path("..").resolve()))
-    else:
-        source = os.environ.get("FTG_SOURCE") or f"git+{{REPOSITORY}}@v{{VERSION}}"
-        pip = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-        subprocess.run([*pip, "--no-deps", source], check=True)  # the helpers alone
-        # Only what is missing: the hosted torch is built for its GPU and its Jupyter packages
-        # are the service's own; replacing either breaks the runtime.
-        missing, older = [], []
-        for req in md.requires("feed-the-gpu") or []:
-            name, low = re.match(r"([\\w.-]+)\\s*(?:>=\\s*([\\w.]+))?", req).groups()
-            if "extra ==" in req:
-                continue
-            try:
-                have = md.version(name)
-            except md.PackageNotFoundError:
-                missing.append(req)
-                continue
-            if low and [int(x) for x in re.findall(r"\\d+", have)[:3]] < [int(x) for x in low.split(".")]:
-                older.append(f"{{name}} {{have}} (tested from {{low}})")
-        if missing:
-            subprocess.run([*pip, *missing], check=True)
-        print("Installed the suite's helpers from", source)
-        if older:
-            print("Kept this machine's older", ", ".join(older), "- if something fails, that may be why")
-'''
+def install_missing(dist: str = "feed-the-gpu") -> list[str]:
+    """pip-install the requirements of `dist` that are not installed at all; keep those that are,
+    even when older than the tested lower bound (said so). Returns what it installed."""
+    missing, older = [], []
+    for req in (r for r in md.requires(dist) or [] if "extra ==" not in r):
+        name, low = re.match(r"([\w.-]+)\s*(?:>=\s*([\w.]+))?", req).groups()
+        try:
+            have = md.version(name)
+        except md.PackageNotFoundError:
+            missing.append(req.split(";")[0].strip())
+            continue
+        if low and [int(x) for x in re.findall(r"\d+", have)[:3]] < [int(x) for x in low.split(".")]:
+            older.append(f"{name} {have} (tested from {low})")
+    if missing:
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                        *missing], check=True)
+    print(f"Installed the suite's helpers ({dist} {md.version(dist)})"
+          + (f" and {', '.join(missing)}" if missing else ""))
+    if older:
+        print("Kept this machine's older", ", ".join(older), "- if something fails, that may be why")
+    return missing
 
 
 def project() -> dict:
@@ -64,39 +56,39 @@ def project() -> dict:
 
 def source() -> str:
     """The setup cell's code, with the repository and version from pyproject.toml."""
-    p = project()
-    return TEMPLATE.format(repository=p["urls"]["Repository"], version=p["version"])
+    return TEMPLATE.format(repository=project()["urls"]["Repository"], version=project()["version"])
 
 
 def badges(notebook: str) -> str:
     """Markdown: open `notebook` (a file name in notebooks/) in Colab or Kaggle."""
     if not isinstance(notebook, str) or not notebook.endswith(".ipynb"):
         raise ValueError(f"badges: notebook must be a .ipynb file name, got {notebook!r}")
-    repo = project()["urls"]["Repository"].removeprefix("https://github.com/")
-    path = f"github/{repo}/blob/main/notebooks/{notebook}"
+    path = project()["urls"]["Repository"].removeprefix("https://") + f"/blob/main/notebooks/{notebook}"
     return (f"[![Open in Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
-            f"(https://colab.research.google.com/{path}) "
+            f"(https://colab.research.google.com/{path.replace('github.com', 'github', 1)}) "
             f"[![Open in Kaggle](https://kaggle.com/static/images/open-in-kaggle.svg)]"
-            f"(https://kaggle.com/kernels/welcome?src=https://github.com/{repo}/blob/main/notebooks/{notebook})")
+            f"(https://kaggle.com/kernels/welcome?src=https://{path})")
+
+
+def _is_setup(cell: dict) -> bool:
+    return cell.cell_type == "code" and any(m in cell.source for m in ('find_spec("helpers")', "# Setup for Colab"))
 
 
 def apply(nb_path: Path) -> bool:
-    """Put the setup cell first and the badges under the title of `nb_path`; True if it changed."""
+    """Put the badges under the title of `nb_path` and the setup cell right after the title
+    cell; True if the notebook changed."""
+    import nbformat
+
     nb = nbformat.read(nb_path, as_version=4)
     before = nbformat.writes(nb)
-    code = source()
-    if nb.cells and nb.cells[0].cell_type == "code" and nb.cells[0].source.startswith(MARKER):
-        nb.cells[0].source = code
-    else:
-        cell = nbformat.v4.new_code_cell(code)
-        cell.id = "ftg-setup"
-        nb.cells.insert(0, cell)
-    header = next(c for c in nb.cells if c.cell_type == "markdown")
-    lines = [ln for ln in header.source.splitlines() if "Open in Colab" not in ln]
-    lines.insert(1, "\n" + badges(nb_path.name))
-    header.source = "\n".join(lines).replace("\n\n\n", "\n\n")
-    changed = nbformat.writes(nb) != before
-    if changed:
+    cell = next((c for c in nb.cells if _is_setup(c)), None) or nbformat.v4.new_code_cell()
+    nb.cells = [c for c in nb.cells if not _is_setup(c)]
+    title = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown")
+    lines = [ln for ln in nb.cells[title].source.splitlines() if "Open in Colab" not in ln]
+    nb.cells[title].source = "\n".join([lines[0], "\n" + badges(nb_path.name), *lines[1:]]).replace("\n\n\n", "\n\n")
+    cell.source = source()
+    nb.cells.insert(title + 1, cell)
+    if changed := nbformat.writes(nb) != before:
         nbformat.write(nb, nb_path)
     return changed
 
