@@ -28,12 +28,8 @@ devices
   devices         whichever accelerator there is (CUDA, MPS, XPU, else the CPU): sync, memory,
                   what it can do (bf16 in hardware, torch.compile, kernels in this torch build)
 distributed
-  launch          worker processes started from a notebook, and always cleaned up
-  process_group   the one worker set-up: backend, device, threads, init_process_group
+  launch          N ranks of a notebook's script, meeting through a file; always cleaned up
   processes       children that die with their parent; ending a whole process tree
-  ddp_train       notebook 10's DistributedDataParallel training script
-  ddp_lessons     no_sync accumulation and sharding, in real processes
-  model_split     notebook 09: a model split over two devices, and the GPipe schedule
 everywhere
   checks          argument checks with one wording: `<where>: <name> must be ..., got ...`
 

@@ -105,7 +105,7 @@ def _on_signal(signum: int, frame: Any) -> None:
         _stopped_by.append(signum)
         print(f"\n{signal.Signals(signum).name}: stopping; ending the running kernel and its processes...",
               file=sys.stderr, flush=True)
-    processes.end_descendants(grace=2.0)
+    processes.end_tree(grace=2.0)
 
 
 def choose_profile(cli: str | None) -> tuple[str, str]:
@@ -155,7 +155,7 @@ def _run_all(nbs: list[Path], run: Path, log: dict[str, Any], timeout: int) -> N
         log["notebooks"][nb_path.stem] = {"status": "running"}
         _publish(run, log)
         res = execute(nb_path, run / "notebooks", timeout)
-        left = processes.end_descendants(grace=2.0)  # workers or ranks the notebook left
+        left = processes.end_tree(grace=2.0)  # workers or ranks the notebook left
         if left and res["status"] == "ok":
             res["note"] = f"{len(left)} process(es) it left running were ended"
         log["notebooks"][nb_path.stem] = res
