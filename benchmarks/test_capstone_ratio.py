@@ -1,11 +1,12 @@
-"""The capstone's performance bars, as ratios measured side by side in one process.
+"""The capstone's performance bars, as ratios measured side by side in one process: the whole
+of `make bench` (notebook 12 executed headless), its table read back.
 
-- CPU (any machine): the d2l reference loop (ToTensor per sample, 4 DataLoader workers) is
-  slower than the same training with the uint8 data set in memory, at a narrow width where the
-  input pipeline is a visible share (robust on a loaded 2-core machine: measured 2-6x there).
+- Any machine: the d2l reference loop (ToTensor per sample, 4 DataLoader workers) is slower than
+  the same training with the uint8 data set in memory, at the smoke profile's narrow width where
+  the input pipeline is a visible share (measured 2-6x on a loaded 2-core machine).
 - GPU: the full fast recipe trains a Fashion-MNIST epoch faster than the reference beyond the
-  measured noise, in at most 1.0 s on an H100, and keeps the accuracy within one point (the whole
-  `make bench`); the measured ratio is recorded, and the bound is raised from it (see below).
+  measured noise, in at most 1.0 s on an H100, and keeps the accuracy within one point (the
+  notebook asserts it); the measured ratio is recorded, and the bound is raised from it (below).
 
     FTG_PROFILE=smoke .venv/bin/pytest -q -m benchmark benchmarks/test_capstone_ratio.py
 """
@@ -18,22 +19,21 @@ import pytest
 import torch
 
 from benchmarks import capstone as bench
-from helpers import capstone
-from helpers.threads import cpu_threads
+
+
+def _run_bench(tmp_path, monkeypatch, argv: list[str]) -> list[dict]:
+    monkeypatch.setenv("FTG_BUILD_DIR", str(tmp_path))
+    assert bench.main(argv) == 0, "notebook 12 failed (the fast recipe lost accuracy, or an error)"
+    return json.loads((tmp_path / "results" / "bench_capstone.json").read_text())["bench_table"]
 
 
 @pytest.mark.benchmark
-def test_in_memory_uint8_beats_the_reference_loader_on_cpu():
-    d = capstone.load_data(512, 64)
-    ref, changes = capstone.waterfall_changes(batch_size=64, lr=0.1, big_batch=64)
-    mem = ref.but("uint8 in memory", data="memory")
-    kw = dict(device="cpu", width=4, epochs=2, max_batches=3, busy_batches=0)
-    t_ref, t_mem = [], []
-    with torch.random.fork_rng(), cpu_threads(1):  # one thread: shared cores make threads noisy
-        for _ in range(3):  # alternate, keep the best of each: load spikes hit both
-            t_ref.append(capstone.measure(ref, d, **kw).seconds_per_epoch)
-            t_mem.append(capstone.measure(mem, d, **kw).seconds_per_epoch)
-    ratio = min(t_ref) / min(t_mem)
+def test_in_memory_uint8_beats_the_reference_loader(tmp_path, monkeypatch):
+    # smoke profile (one CPU thread: shared cores make threads noisy); 3 timed epochs, so that
+    # the keep rule's spread is measured
+    rows = _run_bench(tmp_path, monkeypatch, ["--profile", "smoke", "--set", "EPOCHS=3"])
+    ref, mem = rows[0], next(r for r in rows if r["step"] == "uint8 in memory")
+    ratio = ref["seconds_per_epoch"] / mem["seconds_per_epoch"]
     print(f"uint8 in memory is {ratio:.2f}x the d2l reference loader")
     assert ratio > 1.2
 
@@ -54,12 +54,7 @@ def test_fast_recipe_on_gpu(tmp_path, monkeypatch, record_property):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU: the fast recipe beats the reference beyond noise and, "
                     "on an H100, trains an epoch in <= 1.0 s")
-    monkeypatch.setenv("FTG_BUILD_DIR", str(tmp_path))
-    cudnn_before = torch.backends.cudnn.benchmark
-    rc = bench.main(["--reference-dir", str(tmp_path / "reference")])
-    assert torch.backends.cudnn.benchmark is cudnn_before, "the benchmark leaked cudnn.benchmark"
-    assert rc == 0, "the fast recipe lost more than one point of accuracy"
-    rows = json.loads((tmp_path / "results" / "bench_capstone.json").read_text())["bench_table"]
+    rows = _run_bench(tmp_path, monkeypatch, ["--reference-dir", str(tmp_path / "reference")])
     ref, fast = rows[0], [r for r in rows if r["kept"]][-1]
     record_property("ratio", fast["ratio"])
     record_property("fast_seconds_per_epoch", fast["seconds_per_epoch"])

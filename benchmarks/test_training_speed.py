@@ -8,24 +8,44 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import warnings
 
 import pytest
 import torch
 from torch import nn
 
-from helpers import models, timing, training
+from helpers import models, timing
 from helpers.threads import cpu_threads
 
 pytestmark = pytest.mark.benchmark
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
-def _samples_per_s(net, batches, **kw) -> float:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        h = training.train(copy.deepcopy(net), batches, num_epochs=3, progress=False, **kw)
-    return max(h["samples_per_s"][1:])  # first epoch is warm-up; best of the rest
+def _samples_per_s(net, batches, *, device, precision="fp32", channels_last=False, fused=False,
+                   log_every=0) -> float:
+    """Samples/s of a plain SGD loop over `batches` (the loop of notebooks 05 and 07): one warm-up
+    epoch, then the best of two timed epochs."""
+    net = copy.deepcopy(net).to(device, memory_format=torch.channels_last if channels_last else torch.preserve_format)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, **({"fused": True} if fused else {}))
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    scaler = torch.amp.GradScaler(device) if precision == "fp16" else None
+    running = torch.zeros((), device=device)
+
+    def epoch():
+        for i, (X, y) in enumerate(batches, start=1):
+            X = X.contiguous(memory_format=torch.channels_last) if channels_last else X
+            with torch.autocast(torch.device(device).type, dtype=dtype, enabled=dtype is not None):
+                loss = nn.functional.cross_entropy(net(X), y)
+            (scaler.scale(loss) if scaler else loss).backward()
+            scaler.step(opt) if scaler else opt.step()
+            if scaler:
+                scaler.update()
+            opt.zero_grad(set_to_none=True)
+            running.add_(loss.detach())
+            if log_every and i % log_every == 0:
+                running.item()  # the sync a log costs
+
+    t = timing.benchmark(epoch, warmup=1, repeats=2)
+    return sum(len(y) for _, y in batches) / t.min
 
 
 def test_bigger_batches_raise_throughput_on_any_device():
@@ -45,7 +65,7 @@ def test_bigger_batches_raise_throughput_on_any_device():
 
 
 def test_logging_every_step_is_not_faster_than_every_50():
-    """The loop's deferred .item(): logging rarely never costs more than syncing every step (10 % slack)."""
+    """A deferred .item(): logging rarely never costs more than syncing every step (10 % slack)."""
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     net = nn.Sequential(nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 10))
     data = [(torch.randn(64, 128, device=dev), torch.randint(0, 10, (64,), device=dev)) for _ in range(200)]

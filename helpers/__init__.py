@@ -12,10 +12,9 @@ models
   models          d2l's ResNet-18, written with eager layers, and a small CNN
   flops           FLOPs per training sample, and the fraction of a GPU's datasheet peak
 training
-  training        the one general training loop, and evaluation
-  capstone        notebook 12: the book's loop, and the fast recipe built on `training`
-  batch_finder    the largest batch that fits
-  memory          how much memory a training step needs
+  training        a plain training loop and evaluation, for notebooks not about the loop
+  capstone        notebook 12's plumbing: data, model, recipes, timing a bar, the waterfall
+  memory          the peak memory of a step (one measure, every device); saved activations
   checkpoints     checkpoints that load anywhere (the `module.` prefix, `map_location`)
 timing
   timing          `Timer` and `benchmark`: warm-up, repeats, median, device synchronised

@@ -104,13 +104,3 @@ def training_flops_per_sample(model: nn.Module, sample_shape: Sequence[int], *,
         loss = loss_fn(net(X), y)
         loss.backward()
     return counter.get_total_flops() / batch
-
-
-def forward_flops_per_sample(model: nn.Module, sample_shape: Sequence[int], *, batch: int = 2) -> float:
-    """FLOPs of the forward pass alone, per sample (inference cost)."""
-    net = copy.deepcopy(_unwrap(model)).to("meta").eval()
-    X = torch.empty((batch, *sample_shape), device="meta")
-    counter = FlopCounterMode(display=False)
-    with counter, torch.no_grad():
-        net(X)
-    return counter.get_total_flops() / batch

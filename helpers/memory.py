@@ -1,11 +1,11 @@
-"""How much memory does a training step need? Exact on a GPU, a careful count on a CPU.
+"""How much memory does a training step need? The allocator's peak on a GPU, a count elsewhere.
 
-On a GPU `torch.cuda.max_memory_allocated` is the answer. A CPU has no such counter (the
-process's resident size mixes in the allocator's caching and everything else the process
-holds), so on a CPU we count what autograd keeps: `SavedTensors` records, through
-`torch.autograd.graph.saved_tensors_hooks`, every tensor the forward pass saves for the
-backward pass, and tells how many of those bytes are still alive. That is the activation
-memory that grows with the batch size, and it is what a forgotten graph keeps alive (claim L9).
+`peak_step_bytes(step, device)` is the one peak measure: `max_memory_allocated` where the device
+has the counter, else `PeakTensorBytes`, which sees every tensor the step creates and when it
+dies (a CPU's resident size mixes in the allocator's caching and the rest of the process).
+`SavedTensors` records, through `torch.autograd.graph.saved_tensors_hooks`, every tensor the
+forward pass saves for backward, and how many of those bytes are still alive: the activation
+memory that grows with the batch, and what a forgotten graph keeps alive (claim L9).
 
     with SavedTensors() as saved:
         loss = loss_fn(net(X), y)
@@ -20,13 +20,11 @@ import weakref
 from collections.abc import Callable
 
 import torch
-from torch import nn
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from . import devices
-from .checks import check_int
 
 
 def tensor_bytes(t: torch.Tensor) -> int:
@@ -78,45 +76,6 @@ class SavedTensors:
         return sum({ptr: n for ref, ptr, n in self._refs if ref() is not None}.values())
 
 
-def model_bytes(net: nn.Module) -> int:
-    """Parameters and buffers."""
-    return sum(tensor_bytes(p) for p in net.parameters()) + sum(tensor_bytes(b) for b in net.buffers())
-
-
-def step_memory(net: nn.Module, X: torch.Tensor, y: torch.Tensor,
-                loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
-                *, optimizer_state_copies: int = 0) -> dict[str, int | str]:
-    """Memory of one forward+backward step of `net` on the batch `(X, y)`.
-
-    On CUDA: the measured peak of `max_memory_allocated`. On a CPU: an itemised count -
-    parameters and buffers + gradients (one copy of the parameters) + `optimizer_state_copies`
-    more copies (1 for SGD with momentum, 2 for Adam) + the input batch + the activations
-    autograd saved. Returns a dict with `peak_bytes` and how it was obtained (`method`).
-    """
-    check_int("optimizer_state_copies", optimizer_state_copies, 0, where="step_memory")
-    loss_fn = loss_fn or nn.CrossEntropyLoss()
-    dev = X.device
-    params = sum(tensor_bytes(p) for p in net.parameters())
-    if devices.has_peak_memory_counter(dev):  # CUDA, XPU; MPS and the CPU count instead
-        devices.synchronize(dev)
-        devices.reset_peak_memory(dev)
-        loss = loss_fn(net(X), y)
-        loss.backward()
-        devices.synchronize(dev)
-        peak = devices.max_memory_allocated(dev)
-        net.zero_grad(set_to_none=True)
-        return {"peak_bytes": peak, "method": f"{dev.type} max_memory_allocated"}
-    with SavedTensors() as saved:
-        loss = loss_fn(net(X), y)
-    activations = saved.saved_bytes()
-    loss.backward()
-    net.zero_grad(set_to_none=True)
-    peak = (model_bytes(net) + params * (1 + optimizer_state_copies) + tensor_bytes(X)
-            + tensor_bytes(y) + activations)
-    return {"peak_bytes": int(peak), "activation_bytes": int(activations),
-            "method": "cpu count: model + grads + optimizer state + batch + saved activations"}
-
-
 class PeakTensorBytes(TorchDispatchMode):
     """Peak bytes of the tensors created inside the `with` block that were alive at the same time.
 
@@ -155,15 +114,16 @@ class PeakTensorBytes(TorchDispatchMode):
 
 def peak_step_bytes(step: Callable[[], object], device: str | torch.device) -> tuple[int, str]:
     """Peak memory that `step()` allocates on top of what already exists, and how it was measured:
-    the CUDA allocator's peak on a GPU, `PeakTensorBytes` elsewhere."""
-    dev = torch.device(device)
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
-        before = torch.cuda.memory_allocated(dev)
-        torch.cuda.reset_peak_memory_stats(dev)
+    the allocator's peak where the device has one (CUDA, XPU), `PeakTensorBytes` elsewhere (the
+    CPU, Apple MPS). The one peak-memory measure of the suite."""
+    dev = devices.as_device(device)
+    if devices.has_peak_memory_counter(dev):
+        devices.synchronize(dev)
+        before = devices.memory_allocated(dev)
+        devices.reset_peak_memory(dev)
         step()
-        torch.cuda.synchronize(dev)
-        return int(torch.cuda.max_memory_allocated(dev) - before), "cuda max_memory_allocated"
+        devices.synchronize(dev)
+        return int(devices.max_memory_allocated(dev) - before), f"{dev.type} max_memory_allocated"
     with PeakTensorBytes() as m:
         step()
     return m.peak, "peak bytes of live tensors (dispatch-mode count)"

@@ -69,12 +69,6 @@ def resnet18(num_classes: int = 10, in_channels: int = 1, width: int = 64) -> nn
     return net
 
 
-def count_parameters(net: nn.Module) -> int:
-    if not isinstance(net, nn.Module):
-        raise TypeError(f"count_parameters: net must be a torch.nn.Module, got {type(net).__name__}")
-    return sum(p.numel() for p in net.parameters())
-
-
 def small_cnn(in_channels: int = 3, num_classes: int = 10, width: int = 16) -> nn.Sequential:
     """conv-bn-relu x3 with pooling, then a linear layer: trains in seconds on 32x32 images."""
     for name, v in (("in_channels", in_channels), ("num_classes", num_classes), ("width", width)):

@@ -1,44 +1,81 @@
+"""`make bench` executes notebook 12 (the one source of the capstone's code) and turns what it
+recorded into a table. These tests run its plumbing around a faked execution; the real run is
+`make bench` itself and benchmarks/test_capstone_ratio.py."""
+
 import json
 
+import nbformat
 import pytest
 
 from benchmarks import capstone as bench
 
+ROWS = [  # what notebook 12 records in rec.data["waterfall"]
+    {"step": "reference (d2l)", "kept": True, "s / epoch": 4.0, "spread s": 0.1, "samples/s": 1024.0,
+     "x reference": 1.0, "device busy %": 50.0, "note": "the book's loop", "cuda graphs used": None,
+     "% of peak": None, "peak precision": "tf32"},
+    {"step": "uint8 in memory", "kept": True, "s / epoch": 2.0, "spread s": 0.1, "samples/s": 2048.0,
+     "x reference": 2.0, "device busy %": 90.0, "note": "no workers", "cuda graphs used": None,
+     "% of peak": None, "peak precision": "tf32"},
+    {"step": "torch.compile", "kept": False, "s / epoch": None, "spread s": None, "samples/s": None,
+     "x reference": None, "device busy %": None, "note": "skipped in this profile", "cuda graphs used": None,
+     "% of peak": None, "peak precision": "tf32"},
+]
 
-def test_benchmark_cpu_mode_writes_table(tmp_path, monkeypatch):
+
+def _fake_execute(status="ok", error=""):
+    def execute(nb_path, out_dir, timeout):
+        nb = nbformat.read(nb_path, as_version=4)
+        execute.sources = [c.source for c in nb.cells]
+        recorded = {"waterfall": ROWS, "gflop_per_image": 0.012,
+                    "data_sources": {"fashion-mnist": {"synthetic": True, "detail": "4096 train / 2000 test"}},
+                    "measurements": [{"name": "reference test accuracy", "value": 0.80},
+                                     {"name": "fast recipe test accuracy", "value": 0.81}]}
+        (out_dir / "12_capstone.json").write_text(json.dumps(recorded))
+        return {"status": status, "seconds": 1.0, "error": error}
+    return execute
+
+
+def test_benchmark_writes_the_notebooks_table(tmp_path, monkeypatch):
     monkeypatch.setenv("FTG_BUILD_DIR", str(tmp_path))
-    rc = bench.main(["--device", "cpu", "--n-train", "64", "--n-test", "32", "--width", "2",
-                     "--batch", "16", "--big-batch", "32", "--epochs", "1", "--max-batches", "1",
-                     "--no-compile", "--threads", "1", "--accuracy-epochs", "0"])
-    assert rc == 0
+    fake = _fake_execute()
+    monkeypatch.setattr(bench.runner, "execute", fake)
+    assert bench.main(["--profile", "smoke", "--set", "WIDTH=4", "--accuracy-epochs", "2"]) == 0
     md = (tmp_path / "results" / "bench_capstone.md").read_text()
-    assert "| reference (d2l) | yes |" in md and "GFLOP per training image" in md
+    assert "| reference (d2l) | yes | 4.000 |" in md and "| uint8 in memory | yes | 2.000 |" in md
+    assert "0.012 GFLOP per training image" in md and "reference 0.8000, fast 0.8100 (+1.00 pp)" in md
     data = json.loads((tmp_path / "results" / "bench_capstone.json").read_text())
-    assert data["bench_table"][0]["ratio"] == 1.0
-    assert any(r["note"].startswith("compilation not measured") for r in data["bench_table"])
+    assert [r["ratio"] for r in data["bench_table"]] == [1.0, 2.0, None]
+    assert data["bench_table"][2]["note"] == "skipped in this profile"
+    # the overrides went in right after the notebook's parameters cell
+    i = next(i for i, s in enumerate(fake.sources) if bench.PARAMETERS_MARK in s)
+    assert "WIDTH=4\nACC_EPOCHS=2" in fake.sources[i + 1]
 
 
-def test_benchmark_rejects_bad_arguments(capsys):
-    with pytest.raises(SystemExit):
-        bench.parse(["--width", "0"])
-    assert "--width must be >= 1" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("ref_acc,fast_acc,rc", [(0.90, 0.95, 0), (0.90, 0.895, 0), (0.90, 0.88, 1)])
-def test_benchmark_fails_only_when_the_fast_recipe_loses_accuracy(tmp_path, monkeypatch, ref_acc, fast_acc, rc):
-    """Better is fine, half a point worse is fine, two points worse fails the run."""
+def test_a_failing_notebook_fails_the_benchmark(tmp_path, monkeypatch, capsys):
+    """The notebook asserts the accuracy: when it fails, so does `make bench` (exit status 1)."""
     monkeypatch.setenv("FTG_BUILD_DIR", str(tmp_path))
-    calls = []
+    monkeypatch.setattr(bench.runner, "execute", _fake_execute(
+        "failed", "AssertionError: the fast recipe lost accuracy: -2.00 pp (more than one point)"))
+    assert bench.main([]) == 1
+    assert "FAIL: notebook 12 failed: AssertionError: the fast recipe lost accuracy" in capsys.readouterr().out
+    assert not (tmp_path / "results" / "bench_capstone.md").exists()
 
-    def fake_accuracy(recipe, d, **kw):
-        calls.append((recipe, kw["epochs"]))
-        return ref_acc if recipe.data == "loader" else fast_acc
 
-    monkeypatch.setattr(bench.capstone, "train_for_accuracy", fake_accuracy)
-    got = bench.main(["--device", "cpu", "--n-train", "64", "--n-test", "32", "--width", "2",
-                      "--batch", "16", "--big-batch", "32", "--epochs", "1", "--max-batches", "1",
-                      "--no-compile", "--threads", "1", "--accuracy-epochs", "3"])
-    assert got == rc
-    assert [e for _, e in calls] == [3, 3] and calls[0][0].data == "loader" and calls[1][0].data != "loader"
-    md = (tmp_path / "results" / "bench_capstone.md").read_text()
-    assert f"reference {ref_acc:.4f}, fast {fast_acc:.4f}" in md
+@pytest.mark.parametrize("argv,message", [
+    (["--set", "width=4"], "--set takes NAME=VALUE"),
+    (["--set", "WIDTH"], "--set takes NAME=VALUE"),
+    (["--accuracy-epochs", "0"], "--accuracy-epochs must be >= 1"),
+    (["--profile", "huge"], "invalid choice"),
+])
+def test_benchmark_rejects_bad_arguments(capsys, argv, message):
+    with pytest.raises(SystemExit):
+        bench.parse(argv)
+    assert message in capsys.readouterr().err
+
+
+def test_notebook_12_has_the_parameters_cell_the_benchmark_overrides():
+    nb = bench.notebook_with(["EPOCHS=3"])
+    i = next(i for i, c in enumerate(nb.cells) if bench.PARAMETERS_MARK in c.source)
+    for name in ("N_TRAIN", "WIDTH", "BATCH", "BIG_BATCH", "EPOCHS", "ACC_EPOCHS", "COMPILE"):
+        assert f"{name} = P.pick(" in nb.cells[i].source
+    assert nb.cells[i + 1].source.splitlines()[1] == "EPOCHS=3"

@@ -37,7 +37,6 @@ from torch.utils.data import DataLoader
 from torchvision import transforms
 
 from helpers import (
-    batch_finder,
     capstone,
     data,
     data_wait,
@@ -45,6 +44,7 @@ from helpers import (
     devices,
     diagnose,
     launch,
+    memory,
     models,
     paths,
     pipelines,
@@ -133,8 +133,6 @@ CASES = [
     case(models.Residual, ValueError, r"Residual: in_channels must be an int >= 1, got 0", 0, 8),
     case(models.Residual, ValueError, r"Residual: num_channels must be an int >= 1, got 'a'", 4, "a"),
     case(models.Residual, ValueError, r"Residual: strides must be an int >= 1, got 0", 4, 8, strides=0),
-    case(models.count_parameters, TypeError, r"net must be a torch.nn.Module, got int", 5),
-    case(models.count_parameters, TypeError, r"net must be a torch.nn.Module", NotAModule()),
     # --- timing ----------------------------------------------------------------------------
     case(timing.benchmark, TypeError, r"fn must be callable, got int", 5),
     case(timing.benchmark, ValueError, r"repeats must be an int >= 1, got 0", noop, repeats=0),
@@ -305,24 +303,21 @@ CASES = [
     case(device_augment.TensorBatches, ValueError, r"TensorBatches: device must be .*got 'tpu'", X4, Y4, 2, device="tpu"),
     case(pipelines.WorkerMemorySampler, ValueError, r"WorkerMemorySampler: interval must be a positive finite number of seconds, got 0", interval=0),
     case(models.small_cnn, ValueError, r"small_cnn: width must be an int >= 1, got 0", width=0),
-    # --- training, launch, batch_finder (notebooks 04-12) --------------------------------------
-    case(training.resolve_precision, ValueError, r"resolve_precision: precision must be one of 'fp32', 'fp16', 'bf16', got 'fp8'", "fp8", "cpu"),
-    case(training.resolve_precision, ValueError, r"resolve_precision: precision must be one of 'fp32', 'fp16', 'bf16', got 16", 16, "cpu"),
-    case(training.resolve_precision, ValueError, r"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'tpu'", "fp32", "tpu"),
+    # --- training, memory, launch (notebooks 04-12) --------------------------------------------
+    case(training.train, ValueError, r"train: lr_schedule must be one of 'constant', 'linear-decay', 'one-cycle', got 'cosine'",
+         torch.nn.Linear(2, 2), [], lr_schedule="cosine", device="cpu"),
+    case(training.evaluate, ValueError, r"evaluate: data_iter gave no batches", torch.nn.Linear(2, 2), [], device="cpu"),
+    case(memory.peak_step_bytes, ValueError, r"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'tpu'", noop, "tpu"),
     case(launch.run, FileNotFoundError, r"run: script '/nonexistent/train.py' is not a file", "/nonexistent/train.py"),
     case(launch.run, ValueError, r"run: nprocs must be an int >= 1, got 0", __file__, nprocs=0),
     case(launch.run, ValueError, r"run: timeout must be a positive finite number of seconds, got 0", __file__, timeout=0),
-    case(batch_finder.largest_batch, ValueError, r"largest_batch: start must be an int >= 1, got 0", noop, start=0),
-    case(batch_finder.largest_batch, TypeError, r"try_batch must be a callable batch_size -> bytes", 5),
-    case(batch_finder.largest_batch, ValueError, r"max_batch \(4\) must be >= start \(8\)", noop, start=8, max_batch=4),
-    case(batch_finder.largest_batch, ValueError, r"largest_batch: budget_bytes must be a positive finite number or None, got -1", noop, budget_bytes=-1),
     # --- non-finite numbers, devices that are not there, process lifetimes ------------------
     case(timing.micro_benchmark, ValueError, r"min_run_time must be a positive finite number of seconds, got inf", "pass", min_run_time=float("inf")),
     case(timing.micro_benchmark, ValueError, r"min_run_time must be a positive finite number of seconds, got nan", "pass", min_run_time=float("nan")),
     case(training.train, ValueError, r"train: lr must be a positive finite number, got nan", torch.nn.Linear(2, 2), [], lr=float("nan"), device="cpu"),
     case(training.train, ValueError, r"train: lr must be a positive finite number, got inf", torch.nn.Linear(2, 2), [], lr=float("inf"), device="cpu"),
     case(training.train, ValueError, r"train: steps_per_epoch must be an int >= 1 or None, got 0", torch.nn.Linear(2, 2), [], steps_per_epoch=0, device="cpu"),
-    case(training.train, ValueError, r"train: train_iter gave no batches in epoch 1", torch.nn.Linear(2, 2), [], steps_per_epoch=1, device="cpu", progress=False),
+    case(training.train, ValueError, r"train: train_iter gave no batches", torch.nn.Linear(2, 2), [], steps_per_epoch=1, device="cpu", progress=False),
     case(recorder("measure"), ValueError, r"value for 'a' is infinite \(inf\)", "a", float("inf"), "s"),
     case(recorder("measure"), ValueError, r"value for 'a' is infinite \(-inf\)", "a", float("-inf"), "s"),
     case(recorder("measure"), ValueError, r"ratio for 'a' must be finite, got inf", "a", 1, "s", ratio=float("inf")),
@@ -332,10 +327,11 @@ CASES = [
             models.small_cnn(), [(X4, Y4)], device="cuda")] if NO_GPU else []),
     case(diagnose.StepWindow, ValueError, r"StepWindow: warmup must be an int >= 1, got 0", warmup=0),
     case(diagnose.StepWindow, ValueError, r"StepWindow: steps must be an int >= 1, got 2.5", steps=2.5),
-    case(capstone.measure, ValueError, r"'c' compiles; time at least 3 steady epochs",
-         capstone.Recipe("c", data="device", compile={}), None, device="cpu", epochs=2),
-    case(capstone.measure, ValueError, r"measure: busy_batches must be an int >= 0, got -1",
-         capstone.Recipe("r"), None, device="cpu", busy_batches=-1),
+    case(capstone.measure, ValueError, r"'c' compiles; time at least 3 epochs",
+         capstone.Recipe("c", data="device", compile={}), noop, n_train=8, device="cpu", epochs=2),
+    case(capstone.measure, ValueError, r"measure: busy_steps must be an int >= 0, got -1",
+         capstone.Recipe("r"), noop, n_train=8, device="cpu", busy_steps=-1),
+    case(capstone.Recipe, ValueError, r"Recipe: precision must be one of 'fp32', 'bf16', got 'fp16'", "r", precision="fp16"),
     # --- later notebooks' modules: one line per case, e.g.
     # case(training.fit, ValueError, r"epochs must be an int >= 1", net, loader, epochs=0),
 ]
