@@ -48,9 +48,10 @@ lint: install
 unit: install
 	FTG_PROFILE=smoke $(BIN)/python -m pytest tests -q -m "not learner"
 
-# Every notebook as a learner uses it (about 10 minutes on 2 cores, so not in `make test`;
-# .ci/run calls it): skip the Explore sections, run everything again, Explore right after the
-# setup; and notebooks 00, 04 and 12 the way Colab/Kaggle run them, from an empty folder.
+# Every notebook as a learner uses it (about 15 minutes on 2 cores, so not in `make test`;
+# .ci/run calls it): every notebook in JupyterLab + headless Chromium (the browser test), skip
+# the Explore sections, run everything again, Explore right after the setup; and notebooks 00,
+# 04 and 12 the way Colab/Kaggle run them, from an empty folder.
 test-learner: install
 	FTG_PROFILE=smoke $(BIN)/python -m pytest tests -q -m learner
 

@@ -27,6 +27,10 @@ from helpers import paths
 from helpers.suite import runner
 from tests.lab_server import LabServer
 
+# A learner pass (every notebook in JupyterLab): `make test-learner`, which .ci/run calls after
+# `make test`, keeping `make test` within its time budget.
+pytestmark = pytest.mark.learner
+
 ROOT = paths.ROOT
 NOTEBOOKS = runner.notebook_paths()
 CHROMIUM = Path(os.environ.get("FTG_CHROMIUM", "/usr/bin/chromium"))
