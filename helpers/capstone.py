@@ -154,7 +154,7 @@ def measure(recipe: Recipe, train: Train, *, n_train: int, device: torch.device 
         raise ValueError(f"measure: {recipe.name!r} compiles; time at least {MIN_STEADY_EPOCHS} epochs "
                          f"after the warm-up epoch (got epochs={epochs}): one epoch is one sample")
     if recipe.compile is not None:
-        torch._dynamo.reset()  # each compiled bar starts clean: no earlier bar's graphs
+        torch.compiler.reset()  # each compiled bar starts clean: no earlier bar's graphs
     skips0 = _cuda_graph_skips() if recipe.uses_cuda_graphs else 0
     net = build_net(width, seed, recipe.init)
     out = train(net, recipe, 1 + epochs, max_batches=max_batches)
