@@ -1,8 +1,8 @@
 """Profile a window of steady steps inside a running training loop (notebook 12's capstone).
 
 Notebook 11 writes the profiler set-up itself (schedule, labelled phases, the bound-by rule);
-this is the same measurement as a per-step hook for loops that live in `helpers`
-(`training.train(..., on_step=w)`, `capstone.train_reference(..., on_step=w)`).
+this is the same measurement as a per-step hook, for the loops notebook 12 writes in its cells
+(`capstone.measure` calls them with `on_step=w`).
 """
 
 from __future__ import annotations
