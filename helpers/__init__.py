@@ -56,31 +56,37 @@ helpers.doctor: the bottleneck doctor, a product of its own (`doctor.watch(loade
 __version__ = "0.2.0"
 
 
-def _warn_below_torch_floor() -> None:
-    """Name the installed torch and the tested floor in one line when torch is older than the
-    floor, before an unrelated error (an API that version lacks) could say it less clearly.
-    The floor is read from this package's own metadata (pyproject.toml), the one place it lives."""
+def _warn_below_tested_versions() -> None:
+    """Name, in one line, every installed package older than the version this suite is tested
+    from (torch above all: a hosted notebook keeps its own), before an unrelated error (an API
+    that version lacks) could say it less clearly. The bounds are this package's own metadata
+    (pyproject.toml), the one place they live."""
     import re
     import warnings
     from importlib import metadata
 
-    try:
-        requirements = metadata.requires("feed-the-gpu") or []
-        installed = metadata.version("torch")
-    except metadata.PackageNotFoundError:  # a bare checkout on sys.path, or no torch at all
-        return
-    floor = next((m.group(1) for r in requirements
-                  if (m := re.fullmatch(r"torch\s*>=\s*([\d.]+)", r.split(";")[0].strip()))), None)
-    if floor is None:
-        return
-
     def release(v: str) -> tuple[int, ...]:
         return tuple(int(x) for x in re.findall(r"\d+", v.split("+")[0])[:3])
 
-    if release(installed) < release(floor):
-        warnings.warn(f"Feed the GPU is tested on torch >= {floor}; this environment has torch "
-                      f"{installed}: some notebooks may fail. Upgrade with: pip install 'torch>={floor}'",
-                      stacklevel=2)
+    try:
+        requirements = metadata.requires("feed-the-gpu") or []
+    except metadata.PackageNotFoundError:  # a bare checkout on sys.path
+        return
+    older = []
+    for req in requirements:
+        m = re.fullmatch(r"([\w.-]+)\s*>=\s*([\d.]+)", req.split(";")[0].strip())
+        if m is None or "extra ==" in req:
+            continue
+        try:
+            have = metadata.version(m[1])
+        except metadata.PackageNotFoundError:  # missing: pip (or the setup cell) installs it
+            continue
+        if release(have) < release(m[2]):
+            older.append((f"{m[1]} {have} (tested from {m[2]})", f"'{m[1]}>={m[2]}'"))
+    if older:
+        warnings.warn(f"Feed the GPU is tested on newer versions than this environment has: "
+                      f"{', '.join(o[0] for o in older)}; some notebooks may fail. Upgrade with: "
+                      f"pip install {' '.join(o[1] for o in older)}", stacklevel=2)
 
 
-_warn_below_torch_floor()
+_warn_below_tested_versions()

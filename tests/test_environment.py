@@ -100,9 +100,10 @@ def test_import_names_torch_and_the_floor_when_torch_is_older(monkeypatch):
                             lambda name, v=installed: v if name == "torch" else real_version(name))
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            helpers._warn_below_torch_floor()
+            helpers._warn_below_tested_versions()
         lines = [str(w.message) for w in caught]
         assert bool(lines) == warns, (installed, lines)
         if warns:
-            assert f"torch >= {floor}" in lines[0] and f"torch {installed}" in lines[0]
+            assert f"torch {installed} (tested from {floor})" in lines[0]
+            assert f"pip install 'torch>={floor}'" in lines[0]
             assert "\n" not in lines[0]

@@ -29,24 +29,19 @@ if importlib.util.find_spec("helpers") is None:  # Colab, Kaggle, a Jupyter with
 
 def install_missing(dist: str = "feed-the-gpu") -> list[str]:
     """pip-install the requirements of `dist` that are not installed at all; keep those that are,
-    even when older than the tested lower bound (said so). Returns what it installed."""
-    missing, older = [], []
+    even when older than the tested lower bound (importing `helpers` names those). Returns what it
+    installed."""
+    missing = []
     for req in (r for r in md.requires(dist) or [] if "extra ==" not in r):
-        name, low = re.match(r"([\w.-]+)\s*(?:>=\s*([\w.]+))?", req).groups()
         try:
-            have = md.version(name)
+            md.version(re.match(r"[\w.-]+", req)[0])
         except md.PackageNotFoundError:
             missing.append(req.split(";")[0].strip())
-            continue
-        if low and [int(x) for x in re.findall(r"\d+", have)[:3]] < [int(x) for x in low.split(".")]:
-            older.append(f"{name} {have} (tested from {low})")
     if missing:
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
                         *missing], check=True)
     print(f"Installed the suite's helpers ({dist} {md.version(dist)})"
           + (f" and {', '.join(missing)}" if missing else ""))
-    if older:
-        print("Kept this machine's older", ", ".join(older), "- if something fails, that may be why")
     return missing
 
 
