@@ -179,6 +179,84 @@ def _move_a_control(interact) -> str:
 
 @pytest.mark.timeout(1200)
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=[p.stem[:2] for p in NOTEBOOKS])
+def _run_all_cells(nb, lab, page) -> None:
+    """Run it the way a learner does: Run menu -> Run All Cells; no cell may end in an error."""
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
+    try:
+        page.wait_for_function(JS_ALL_RAN, timeout=RUN_TIMEOUT_MS, polling=500)
+    except sync_api.TimeoutError:
+        _shot(page, nb.stem, "timeout")
+        pytest.fail(f"{nb.name} did not finish within {RUN_TIMEOUT_MS / 1000:.0f} s; "
+                    f"errors so far: {page.evaluate(JS_ERRORS)}\nserver log:\n{lab.log_tail()}")
+    # Error outputs in the notebook model (not text: notebook 10 prints a rank's traceback on purpose).
+    errors = page.evaluate(JS_ERRORS)
+    if errors:
+        _shot(page, nb.stem, "error")
+    assert not errors, f"{nb.name}: cells ended in an error: {errors}"
+    assert "official Jupyter news" not in page.inner_text("body"), \
+        "JupyterLab greets the learner with the news notification"
+
+
+def _figures_on_screen(nb, lab, page) -> tuple[int, int]:
+    """Every figure the notebook recorded is on screen: (images shown, figures recorded)."""
+    recorded = json.loads((lab.results / f"{nb.stem}.json").read_text())["figures"]
+    images = page.evaluate(JS_RENDERED_IMAGES, ".jp-OutputArea-output img")
+    first = page.locator(".jp-NotebookPanel:visible .jp-OutputArea-output img").first
+    if images:
+        first.scroll_into_view_if_needed()
+    _shot(page, nb.stem, "figure")
+    assert len(images) >= len(recorded), \
+        f"{nb.name}: {len(images)} images on screen, but the notebook records {len(recorded)} figures"
+    return len(images), len(recorded)
+
+
+def _redraw(nb, page, interact, i: int) -> str:
+    """Move one control of explore section i and wait for its plot to change: what was moved."""
+    out = interact.locator(".widget-output img")
+    before = out.evaluate_all("imgs => imgs.filter(i => i.complete && i.naturalWidth > 50)"
+                              ".map(i => i.src)")
+    assert before, f"{nb.name}: explore section {i} has no rendered plot"
+    moved = _move_a_control(interact)
+    handle = interact.element_handle()
+    try:
+        page.wait_for_function(
+            """([el, old]) => { const now = Array.from(el.querySelectorAll('.widget-output img'))
+                 .filter(i => i.complete && i.naturalWidth > 50).map(i => i.src);
+               return now.length > 0 && now.some(s => !old.includes(s)); }""",
+            arg=[handle, before], timeout=REDRAW_TIMEOUT_MS, polling=500)
+    except sync_api.TimeoutError:
+        _shot(page, nb.stem, f"explore{i}_timeout")
+        pytest.fail(f"{nb.name}: explore section {i}: {moved} did not redraw the plot "
+                    f"within {REDRAW_TIMEOUT_MS / 1000:.0f} s")
+    page.wait_for_function(JS_KERNEL_IDLE, timeout=REDRAW_TIMEOUT_MS)
+    # an error inside the widget's output shows IPython's traceback (not in the cell's model)
+    assert not interact.locator(".jp-OutputArea-output",
+                                has_text="Traceback (most recent call last)").count(), \
+        f"{nb.name}: explore section {i}: {moved} ended in an error"
+    return moved
+
+
+def _explore_sections_redraw(nb, page) -> list[str]:
+    """Every explore section (interact) renders its controls and a plot; moving one redraws it."""
+    interacts = page.locator(".jp-NotebookPanel:visible .widget-interact")
+    plots = _explore_sections(nb)
+    assert interacts.count() == len(plots), \
+        f"{nb.name}: {interacts.count()} explore sections rendered controls, of {len(plots)}"
+    redrawn = []
+    for i in range(interacts.count()):
+        interact = interacts.nth(i)
+        interact.scroll_into_view_if_needed()
+        controls = interact.locator(".widget-dropdown select, .widget-slider, .widget-checkbox input")
+        assert controls.count() >= 1, f"{nb.name}: explore section {i} shows no controls"
+        if plots[i]:  # else a calculator without a plot (the capstone's cost table): controls suffice
+            redrawn.append(_redraw(nb, page, interact, i))
+    assert len(redrawn) == sum(plots), f"{nb.name}: redrawn {redrawn}, plots expected {plots}"
+    assert not page.evaluate(JS_ERRORS), f"{nb.name}: moving a control produced an error"
+    _shot(page, nb.stem, "explore")
+    return redrawn
+
+
 def test_notebook_runs_shows_its_plots_and_widgets_in_chromium(nb, lab, page):
     t0 = time.perf_counter()
     page.evaluate("(path) => { window.jupyterapp.commands.execute('docmanager:open', {path}); }", nb.name)
@@ -186,75 +264,11 @@ def test_notebook_runs_shows_its_plots_and_widgets_in_chromium(nb, lab, page):
         page.wait_for_function(JS_OPENED, arg=nb.name)
         n_code = page.evaluate(JS_CODE_CELLS)
         assert n_code > 3, f"{nb.name} opened with only {n_code} code cells"
-
-        # Run it the way a learner does: Run menu -> Run All Cells.
-        page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
-        page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
-        try:
-            page.wait_for_function(JS_ALL_RAN, timeout=RUN_TIMEOUT_MS, polling=500)
-        except sync_api.TimeoutError:
-            _shot(page, nb.stem, "timeout")
-            pytest.fail(f"{nb.name} did not finish within {RUN_TIMEOUT_MS / 1000:.0f} s; "
-                        f"errors so far: {page.evaluate(JS_ERRORS)}\nserver log:\n{lab.log_tail()}")
+        _run_all_cells(nb, lab, page)
         ran_s = time.perf_counter() - t0
-        # Error outputs in the notebook model (not text: notebook 10 prints a rank's traceback on purpose).
-        errors = page.evaluate(JS_ERRORS)
-        if errors:
-            _shot(page, nb.stem, "error")
-        assert not errors, f"{nb.name}: cells ended in an error: {errors}"
-        assert "official Jupyter news" not in page.inner_text("body"), \
-            "JupyterLab greets the learner with the news notification"
-
-        # Every figure the notebook recorded is on screen.
-        recorded = json.loads((lab.results / f"{nb.stem}.json").read_text())["figures"]
-        images = page.evaluate(JS_RENDERED_IMAGES, ".jp-OutputArea-output img")
-        first = page.locator(".jp-NotebookPanel:visible .jp-OutputArea-output img").first
-        if images:
-            first.scroll_into_view_if_needed()
-        _shot(page, nb.stem, "figure")
-        assert len(images) >= len(recorded), \
-            f"{nb.name}: {len(images)} images on screen, but the notebook records {len(recorded)} figures"
-
-        # Every explore section (interact) renders its controls and a plot; moving one redraws it.
-        interacts = page.locator(".jp-NotebookPanel:visible .widget-interact")
-        n_interact = interacts.count()
-        plots = _explore_sections(nb)
-        assert n_interact == len(plots), \
-            f"{nb.name}: {n_interact} explore sections rendered controls, of {len(plots)}"
-        redrawn = []
-        for i in range(n_interact):
-            interact = interacts.nth(i)
-            interact.scroll_into_view_if_needed()
-            controls = interact.locator(".widget-dropdown select, .widget-slider, .widget-checkbox input")
-            assert controls.count() >= 1, f"{nb.name}: explore section {i} shows no controls"
-            if not plots[i]:
-                continue  # a calculator without a plot (the capstone's cost table): controls suffice
-            out = interact.locator(".widget-output img")
-            before = out.evaluate_all("imgs => imgs.filter(i => i.complete && i.naturalWidth > 50)"
-                                      ".map(i => i.src)")
-            assert before, f"{nb.name}: explore section {i} has no rendered plot"
-            moved = _move_a_control(interact)
-            handle = interact.element_handle()
-            try:
-                page.wait_for_function(
-                    """([el, old]) => { const now = Array.from(el.querySelectorAll('.widget-output img'))
-                         .filter(i => i.complete && i.naturalWidth > 50).map(i => i.src);
-                       return now.length > 0 && now.some(s => !old.includes(s)); }""",
-                    arg=[handle, before], timeout=REDRAW_TIMEOUT_MS, polling=500)
-            except sync_api.TimeoutError:
-                _shot(page, nb.stem, f"explore{i}_timeout")
-                pytest.fail(f"{nb.name}: explore section {i}: {moved} did not redraw the plot "
-                            f"within {REDRAW_TIMEOUT_MS / 1000:.0f} s")
-            page.wait_for_function(JS_KERNEL_IDLE, timeout=REDRAW_TIMEOUT_MS)
-            # an error inside the widget's output shows IPython's traceback (not in the cell's model)
-            assert not interact.locator(".jp-OutputArea-output",
-                                        has_text="Traceback (most recent call last)").count(), \
-                f"{nb.name}: explore section {i}: {moved} ended in an error"
-            redrawn.append(moved)
-        assert len(redrawn) == sum(plots), f"{nb.name}: redrawn {redrawn}, plots expected {plots}"
-        assert not page.evaluate(JS_ERRORS), f"{nb.name}: moving a control produced an error"
-        _shot(page, nb.stem, "explore")
+        images, recorded = _figures_on_screen(nb, lab, page)
+        redrawn = _explore_sections_redraw(nb, page)
         print(f"\n{nb.stem}: ran in {ran_s:.0f} s, whole check {time.perf_counter() - t0:.0f} s; "
-              f"{len(images)} images for {len(recorded)} recorded figures; redrawn: {redrawn}")
+              f"{images} images for {recorded} recorded figures; redrawn: {redrawn}")
     finally:
         page.evaluate(JS_CLOSE)
