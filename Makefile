@@ -11,13 +11,14 @@ export PYTHONUNBUFFERED := 1
 # No MPLBACKEND here: a Jupyter server or kernel that inherits Agg shows no plots. Unit tests
 # choose Agg in tests/conftest.py; the benchmarks recipe sets it for itself.
 
-.PHONY: install run test test-twice test-compat test-learner lint unit notebooks benchmarks bench reference lab kernel clean help
+.PHONY: install run test test-twice test-compat test-learner test-load lint unit notebooks benchmarks bench reference lab kernel clean help
 
 help:
 	@echo "make run [PROFILE=smoke|full]  execute the suite into build/runs/<time>/, write build/report.html"
 	@echo "make test                     lint + unit tests + notebooks (smoke profile)"
 	@echo "make test-compat              unit tests + notebooks with the oldest supported torch (.venv-compat)"
 	@echo "make test-learner             every notebook re-run, skipped and run as on Colab (CI runs it too)"
+	@echo "make test-load                every notebook alone and beside one busy process (CI runs it too)"
 	@echo "make bench                    the capstone benchmark (reference vs fast recipe)"
 	@echo "make reference                on a GPU: full profile + bench, saved to results/reference/"
 	@echo "make lab                      JupyterLab on the notebooks (loopback, token)"
@@ -46,7 +47,7 @@ lint: install
 	$(BIN)/nbstripout --verify notebooks/*.ipynb
 
 unit: install
-	FTG_PROFILE=smoke $(BIN)/python -m pytest tests -q -m "not learner"
+	FTG_PROFILE=smoke $(BIN)/python -m pytest tests -q -m "not learner and not load"
 
 # Every notebook as a learner uses it (about 15 minutes on 2 cores, so not in `make test`;
 # .ci/run calls it): every notebook in JupyterLab + headless Chromium (the browser test), skip
@@ -54,6 +55,11 @@ unit: install
 # 04 and 12 the way Colab/Kaggle run them, from an empty folder.
 test-learner: install
 	FTG_PROFILE=smoke $(BIN)/python -m pytest tests -q -m learner
+
+# Every notebook alone, then beside one busy process: slower, never stalled (about 10 minutes on
+# 2 cores; needs the machine otherwise quiet, so not in `make test`; .ci/run calls it).
+test-load: install
+	FTG_PROFILE=smoke $(BIN)/python -m pytest tests/test_under_load.py -q -s -m load
 
 benchmarks: install   # speed ratios (never absolute times): run on a quiet machine
 	MPLBACKEND=Agg FTG_PROFILE=smoke $(BIN)/python -m pytest benchmarks -q
@@ -92,7 +98,7 @@ $(COMPAT_STAMP): requirements-compat.txt requirements-dev.txt requirements-nodep
 test-compat: $(COMPAT_STAMP)
 	$(COMPAT)/bin/python -c "import torch, torchvision; print('compat: torch', torch.__version__, 'torchvision', torchvision.__version__)"
 	@# the browser test and the hosted-style runs test the packaging, not the torch version: `make test` has them
-	FTG_PROFILE=smoke $(COMPAT)/bin/python -m pytest tests -q -m "not benchmark and not learner" --ignore=tests/test_browser.py \
+	FTG_PROFILE=smoke $(COMPAT)/bin/python -m pytest tests -q -m "not benchmark and not learner and not load" --ignore=tests/test_browser.py \
 	    -k "not test_notebook_runs_from_an_empty_folder"
 	FTG_PROFILE=smoke $(COMPAT)/bin/python -m pytest -q --nbval-lax --nbval-current-env \
 	    --nbval-cell-timeout=300 -p tests.nbval_budget notebooks

@@ -1,0 +1,83 @@
+"""Under load, slower, never stalled: every notebook run alone and then beside one busy process
+(`make test-load`, not `make test`: it runs every notebook twice on a machine it needs quiet).
+
+Beside one busy program a notebook may lose that program's core, no more: on the 2-core machine
+that is at most 2x for work that used both cores, and the limit below leaves room for noise.
+Many more threads than free cores is what turns such a loss into a collapse (a thread waiting
+at every barrier for a partner that is not running); the suite's thread rule
+(`threads.share`) keeps the notebooks out of it. Cells that oversubscribe *on purpose*, to show
+that collapse, carry the cell tag `oversubscribes` and are left out of the comparison.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from helpers.suite import runner
+
+pytestmark = pytest.mark.load
+
+MOST_SLOWDOWN = 2.5  # beside one busy process, at most this many times the time alone
+SLACK_SECONDS = 1.0  # a notebook of a few seconds is judged on more than its noise
+ON_PURPOSE = "oversubscribes"
+NOTEBOOKS = runner.notebook_paths()
+
+
+@contextlib.contextmanager
+def one_busy_process() -> Iterator[None]:
+    """Another program keeping one core busy for as long as the block runs."""
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield
+    finally:
+        busy.kill()
+        busy.wait()
+
+
+def _stamp(cell, key: str) -> datetime.datetime:
+    return datetime.datetime.fromisoformat(cell.metadata["execution"][key].replace("Z", "+00:00"))
+
+
+def cell_seconds(executed: Path) -> list[tuple[set[str], float]]:
+    """Each executed code cell's tags and seconds, from the timings nbclient records."""
+    nb = nbformat.read(executed, as_version=4)
+    return [(set(c.metadata.get("tags", [])),
+             (_stamp(c, "shell.execute_reply") - _stamp(c, "iopub.execute_input")).total_seconds())
+            for c in nb.cells if c.cell_type == "code" and "execution" in c.metadata]
+
+
+def counted_seconds(nb: Path, out_dir: Path) -> float:
+    """Run the notebook in a fresh kernel: the seconds of its cells, those tagged as
+    oversubscribing on purpose left out."""
+    outcome = runner.execute(nb, out_dir, timeout=600)
+    assert outcome["status"] == "ok", f"{nb.name}: {outcome['error']}"
+    return sum(s for tags, s in cell_seconds(out_dir / nb.name) if ON_PURPOSE not in tags)
+
+
+def test_cell_seconds_reads_nbclient_timings(tmp_path):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import time; time.sleep(0.3)"),
+                                         nbformat.v4.new_code_cell("1", metadata={"tags": [ON_PURPOSE]})])
+    path = tmp_path / "timed.ipynb"
+    nbformat.write(nb, path)
+    runner.execute(path, tmp_path / "out", timeout=60)
+    (tags0, s0), (tags1, _) = cell_seconds(tmp_path / "out" / "timed.ipynb")
+    assert 0.25 < s0 < 5 and tags0 == set() and tags1 == {ON_PURPOSE}
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_beside_one_busy_process_slower_never_stalled(nb, tmp_path):
+    alone = counted_seconds(nb, tmp_path / "alone")
+    with one_busy_process():
+        loaded = counted_seconds(nb, tmp_path / "loaded")
+    print(f"\n{nb.stem}: {alone:.1f} s alone, {loaded:.1f} s beside one busy process "
+          f"({loaded / alone:.2f}x)")
+    assert loaded <= MOST_SLOWDOWN * alone + SLACK_SECONDS, \
+        f"{nb.name}: {loaded:.1f} s beside one busy process, {alone:.1f} s alone"
