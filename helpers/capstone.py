@@ -163,7 +163,8 @@ def measure(recipe: Recipe, train: Train, *, n_train: int, device: torch.device 
         extra["cudagraph_skips"] = _cuda_graph_skips() - skips0
         extra["cuda_graphs_used"] = extra["cudagraph_skips"] == 0 and launches != 0
     seconds = statistics.median(per_epoch)
-    return StepResult(recipe.name, seconds, n_train / seconds, window and window.busy_fraction, note=recipe.note,
+    busy = window.busy_fraction if window is not None else None
+    return StepResult(recipe.name, seconds, n_train / seconds, busy, note=recipe.note,
                       spread_s=max(per_epoch) - min(per_epoch), extra=extra)
 
 
