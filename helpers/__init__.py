@@ -6,21 +6,21 @@ data
   synthetic       those stand-ins, written in the real data sets' on-disk formats
   pipelines       the CPU image pipeline (image files, decode, augment), what its workers cost; DALI
   device_augment  `TensorBatches`: batches of uint8 tensors held in memory or on the device
-  data_wait       is the loop waiting for data? (the one input-bound rule)
   paths           where data sets and build output live on disk
 models
-  models          d2l's ResNet-18, written with eager layers, and a small CNN
-  flops           FLOPs per training sample, and the fraction of a GPU's datasheet peak
+  models          d2l's ResNet-18 with eager layers, a small CNN; FLOPs per training sample
+                  and the fraction of a GPU's datasheet peak
 training
-  training        a plain training loop and evaluation, for notebooks not about the loop
+  training        a plain training loop and evaluation, for notebooks not about the loop;
+                  checkpoints that load anywhere; a step's peak memory (one measure, every
+                  device) and saved activations
   capstone        notebook 12's plumbing: data, model, recipes, timing a bar, the waterfall
-  memory          the peak memory of a step (one measure, every device); saved activations
-  checkpoints     checkpoints that load anywhere (the `module.` prefix, `map_location`)
 timing
   timing          `Timer` and `benchmark`: warm-up, repeats, median, device synchronised
   threads         PyTorch's CPU threads, set from one place
   profiles        the smoke and full sizes of every notebook
-  diagnose        `StepWindow`: torch.profiler over a window of a running loop's steps
+  diagnose        is the loop waiting for data? (the one input-bound rule); `StepWindow`:
+                  torch.profiler over a window of a running loop's steps
 plotting
   plotting        a live training plot, bars labelled with ratios, a waterfall, one_at_a_time
 devices

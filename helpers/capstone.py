@@ -1,16 +1,9 @@
-"""Plumbing of notebook 12, the capstone. Its training code - the book's loop and each change of
-the fast recipe - is written in the notebook's cells; `make bench` executes that notebook.
+"""Plumbing of notebook 12, the capstone: data, model, recipes, timing a bar, the waterfall.
 
-- `load_data`: Fashion-MNIST (or its labelled stand-in) twice: torchvision data sets for the
-  book's `DataLoader`, and the same images as uint8 tensors.
-- `build_net`: the d2l ResNet-18 from a seed, with the book's N(0, 0.01) init or PyTorch's.
-- `Recipe`: one bar's settings, read by the notebook's training functions.
-- `measure(recipe, train, ...)`: seconds per epoch (median of the timed epochs after an untimed
-  warm-up epoch), their spread, samples/s, and how busy the device was (`torch.profiler` over
-  steady steps of the same loop, `diagnose.StepWindow`).
-- `run_waterfall`: each change on top of the best recipe so far, kept only when it wins
-  (`keeps`); `fast_recipe`: the winners plus the accuracy `SAFEGUARDS`.
-- `run_cost`: the time-vs-money arithmetic of claim L22.
+Its training code (the book's loop, each change of the fast recipe) is written in the notebook's
+cells, and `make bench` executes that notebook: one source. A `Recipe` is one bar's settings;
+`measure` times the notebook's loop on it and profiles its steady steps; `run_waterfall` puts
+each change on the best recipe so far and keeps it only when it wins (`keeps`).
 """
 
 from __future__ import annotations
@@ -33,16 +26,14 @@ D2L_WORKERS = 4  # d2l.get_dataloader_workers()
 MIN_STEADY_EPOCHS = 3  # timed epochs a compiled recipe needs (the warm-up epoch compiles)
 DATA_MODES = ("loader", "memory", "device")
 INITS = ("d2l", "default")
-# Speed-neutral changes the fast recipe always makes (notebook 12, section 5 says why).
-SAFEGUARDS: dict[str, str] = {"init": "default", "lr_schedule": "linear-decay"}
+SAFEGUARDS = {"init": "default", "lr_schedule": "linear-decay"}  # speed-neutral; notebook 12, section 5
 
 
 @dataclass
 class CapstoneData:
-    """The same images twice: torchvision data sets (for the reference) and uint8 tensors."""
+    """The same images twice: a torchvision data set (the book's DataLoader) and uint8 tensors."""
 
     train_ds: Dataset
-    test_ds: Dataset
     x_train: torch.Tensor  # uint8 (N, 1, 28, 28)
     y_train: torch.Tensor
     x_test: torch.Tensor
@@ -61,14 +52,13 @@ def load_data(n_train: int | None = None, n_test: int | None = None) -> Capstone
     x_tr, y_tr = data.as_tensors(train, n_train)
     x_te, y_te = data.as_tensors(test, n_test)
     train_ds = Subset(train, range(len(x_tr))) if n_train else train
-    test_ds = Subset(test, range(len(x_te))) if n_test else test
-    return CapstoneData(train_ds, test_ds, x_tr, y_tr, x_te, y_te, bool(train.synthetic),
+    return CapstoneData(train_ds, x_tr, y_tr, x_te, y_te, bool(train.synthetic),
                         f"{data.describe(train)}; using {len(x_tr)} train / {len(x_te)} test images")
 
 
 def build_net(width: int = 64, seed: int = 0, init: str = "d2l") -> nn.Module:
-    """The d2l ResNet-18, reproducible from `seed`; `init="d2l"`: the book's N(0, 0.01) weights
-    for Linear and Conv2d, `"default"`: PyTorch's own (Kaiming-uniform) initialisation."""
+    """The d2l ResNet-18 from `seed`; `init="d2l"`: the book's N(0, 0.01) Linear and Conv2d
+    weights, `"default"`: PyTorch's own (Kaiming-uniform)."""
     check_choice("init", init, INITS, where="build_net")
     torch.manual_seed(seed)
     net = models.resnet18(num_classes=10, in_channels=1, width=width)
@@ -84,17 +74,17 @@ class Recipe:
     """One bar of the waterfall: how the data is fed and which changes are on."""
 
     name: str
-    data: str = "loader"            # "loader" (the book's DataLoader) | "memory" | "device"
+    data: str = "loader"            # the book's DataLoader, or uint8 batches in "memory" / on "device"
     batch_size: int = 256
     lr: float = 0.1
-    precision: str = "fp32"         # "fp32" | "bf16"
+    precision: str = "fp32"         # or "bf16" autocast
     channels_last: bool = False
     compile: dict[str, Any] | None = None  # torch.compile's keyword arguments; None: eager
     fused: bool = False
     tf32: bool = False              # fp32 matmuls on TF32 tensor cores
-    cudnn_benchmark: bool | None = None  # None leaves PyTorch's default (off), as the book does
-    init: str = "d2l"               # "d2l": N(0, 0.01) | "default": PyTorch's init
-    lr_schedule: str = "constant"   # "constant" (the book) | "linear-decay" (to 0 over the run)
+    cudnn_benchmark: bool | None = None  # None: PyTorch's default (off), as in the book
+    init: str = "d2l"               # see build_net
+    lr_schedule: str = "constant"   # the book's, or "linear-decay" (to 0 over the run)
     note: str = ""
 
     def __post_init__(self) -> None:
@@ -130,7 +120,7 @@ class StepResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-# `train(net, recipe, num_epochs, max_batches=None, on_step=None)` -> {"seconds": [...], "samples": [...]}
+# train(net, recipe, num_epochs, max_batches=None, on_step=None) -> {"seconds": [...], "samples": [...]}
 Train = Callable[..., dict[str, list]]
 
 
@@ -143,17 +133,17 @@ def _cuda_graph_skips() -> int:
 def measure(recipe: Recipe, train: Train, *, n_train: int, device: torch.device | str, width: int = 64,
             epochs: int = MIN_STEADY_EPOCHS, max_batches: int | None = None, busy_steps: int = 10,
             seed: int = 0) -> StepResult:
-    """Time `train` on `recipe`: one untimed warm-up epoch (worker start-up, compilation, graph
-    recording), then `epochs` timed ones of at most `max_batches` batches; seconds per epoch are
-    their median scaled to `n_train` images. Then `busy_steps` steady steps of one more epoch run
-    under the profiler, after a few unprofiled ones (past the loader workers' prefetch)."""
+    """Time `train` on `recipe`: an untimed warm-up epoch (worker start-up, compiling, graph
+    recording), then `epochs` timed ones of at most `max_batches` batches, their median scaled
+    to `n_train` images. Then `busy_steps` steady steps of one more epoch, past the loader's
+    prefetch, run under the profiler (`diagnose.StepWindow`)."""
     dev = devices.as_device(device)
     check_int("epochs", epochs, 1, where="measure")
     check_int("busy_steps", busy_steps, 0, where="measure")
-    if recipe.compile is not None and epochs < MIN_STEADY_EPOCHS:
-        raise ValueError(f"measure: {recipe.name!r} compiles; time at least {MIN_STEADY_EPOCHS} epochs "
-                         f"after the warm-up epoch (got epochs={epochs}): one epoch is one sample")
     if recipe.compile is not None:
+        if epochs < MIN_STEADY_EPOCHS:
+            raise ValueError(f"measure: {recipe.name!r} compiles; time at least {MIN_STEADY_EPOCHS} epochs "
+                             f"after the warm-up epoch (got epochs={epochs}): one epoch is one sample")
         torch.compiler.reset()  # each compiled bar starts clean: no earlier bar's graphs
     skips0 = _cuda_graph_skips() if recipe.uses_cuda_graphs else 0
     net = build_net(width, seed, recipe.init)
@@ -167,14 +157,14 @@ def measure(recipe: Recipe, train: Train, *, n_train: int, device: torch.device 
         window = diagnose.StepWindow(device=dev, warmup=max(1, min(warm, n_batches - steps)), steps=steps)
         train(net, recipe, 1, max_batches=window.stop_after, on_step=window)
         window.finish()
-    seconds = statistics.median(per_epoch)
     extra: dict[str, Any] = {"epoch_seconds": per_epoch}
     if recipe.uses_cuda_graphs:
         launches = window.count("cudaGraphLaunch") if window is not None else None
         extra["cudagraph_skips"] = _cuda_graph_skips() - skips0
         extra["cuda_graphs_used"] = extra["cudagraph_skips"] == 0 and launches != 0
-    return StepResult(recipe.name, seconds, n_train / seconds,
-                      window.busy_fraction if window is not None else None, note=recipe.note,
+    seconds = statistics.median(per_epoch)
+    busy = window.busy_fraction if window is not None else None
+    return StepResult(recipe.name, seconds, n_train / seconds, busy, note=recipe.note,
                       spread_s=max(per_epoch) - min(per_epoch), extra=extra)
 
 
@@ -213,16 +203,16 @@ def run_waterfall(ref: Recipe, changes: list[tuple[str, dict[str, Any], str]], t
 
 
 def fast_recipe(waterfall: list[tuple[Recipe, StepResult, bool]]) -> Recipe:
-    """The last kept recipe (every change that won here) with the accuracy `SAFEGUARDS`; if
-    nothing beat the book's loop, the fast recipe is that loop."""
+    """The last kept recipe (every change that won here) with the accuracy `SAFEGUARDS`, or the
+    book's loop if nothing beat it."""
     last = [r for r, _, k in waterfall if k][-1]
     return last.but("fast recipe") if last.data == "loader" else last.but("fast recipe", **SAFEGUARDS)
 
 
 def run_cost(samples_per_s: float, *, price_per_hour: float, epochs: int = 10,
              dataset_size: int = 60_000, n_devices: int = 1) -> dict[str, float]:
-    """Wall time (hours) and money for `epochs` over `dataset_size` samples at a measured
-    `samples_per_s`, renting `n_devices` at `price_per_hour` each (claim L22)."""
+    """Hours and money for `epochs` over `dataset_size` samples at a measured `samples_per_s`,
+    renting `n_devices` at `price_per_hour` each (claim L22)."""
     check_number("samples_per_s", samples_per_s, where="run_cost")
     check_number("price_per_hour", price_per_hour, where="run_cost", inclusive=True)
     for name, v in (("epochs", epochs), ("dataset_size", dataset_size), ("n_devices", n_devices)):

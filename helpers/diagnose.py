@@ -1,13 +1,21 @@
-"""Profile a window of steady steps inside a running training loop (notebook 12's capstone).
+"""Where does a running loop's time go? Waiting for data, and how busy the device is.
 
-Notebook 11 writes the profiler set-up itself (schedule, labelled phases, the bound-by rule);
-this is the same measurement as a per-step hook, for the loops notebook 12 writes in its cells
-(`capstone.measure` calls them with `on_step=w`).
+    meter = DataWaitMeter(loader, device=device)
+    for X, y in meter:
+        train_step(X, y)
+    meter.summary(skip=1)   # {'wait_s', 'compute_s', 'wait_fraction', ...} past worker start-up
+    meter.diagnosis()       # in words, by `wait_verdict`: the one input-bound rule
+
+A step is timed up to the next `next()`, after a device sync, so queued GPU work is charged to
+the step, not the data (`sync_every=k`: fewer stalls, the totals stay right). `StepWindow` is
+notebook 11's profiler set-up as a per-step hook, for the loops notebook 12 writes in its cells.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -15,15 +23,76 @@ from torch.profiler import ProfilerActivity, profile
 from .checks import check_int
 from .devices import as_device, synchronize
 
-# torch.profiler times kernels on CUDA only; on other accelerators (Apple's MPS, Intel's XPU)
-# the device's busy time is not measured, and `busy_fraction` says None instead of guessing.
-KERNEL_TIMED = ("cuda",)
+INPUT_BOUND = 0.30  # at least this share of step time waiting for data: the loop is input-bound
+NOTICEABLE = 0.10   # at least this share: a cost worth knowing, not yet the bottleneck
+
+
+def wait_verdict(wait_fraction: float) -> tuple[str, str]:
+    """(kind, sentence) for a share of step time spent waiting for data; kind is
+    'input-bound', 'noticeable' or 'not input-bound'."""
+    if (not isinstance(wait_fraction, int | float) or isinstance(wait_fraction, bool)
+            or not 0.0 <= wait_fraction <= 1.0 + 1e-6):
+        raise ValueError(f"wait_verdict: wait_fraction must be a fraction in [0, 1], got {wait_fraction!r}")
+    pct = 100 * wait_fraction
+    if wait_fraction >= INPUT_BOUND:
+        return "input-bound", (
+            f"{pct:.0f} % of step time is waiting for data: the loop is input-bound (I/O or CPU "
+            "preprocessing). Add DataLoader workers, keep the data in memory as uint8, or move "
+            "augmentation to the device; a faster model will not help.")
+    if wait_fraction >= NOTICEABLE:
+        return "noticeable", (f"{pct:.0f} % of step time is waiting for data: input is a noticeable "
+                              "but not dominant cost.")
+    return "not input-bound", (f"only {pct:.0f} % of step time is waiting for data: the loop is "
+                               "compute-bound.")
+
+
+class DataWaitMeter:
+    """Wraps a batch source: the time in `next(batch)` vs the time in the step."""
+
+    def __init__(self, iterable: Iterable, *, device: str | torch.device | None = None,
+                 sync_every: int = 1) -> None:
+        check_int("sync_every", sync_every, where="DataWaitMeter")
+        if not isinstance(iterable, Iterable):
+            raise TypeError(f"DataWaitMeter: iterable must be iterable (a DataLoader, a list of batches, ...), "
+                            f"got {type(iterable).__name__}")
+        self.iterable = iterable
+        self.device = as_device(device, "DataWaitMeter: device") if device is not None else None
+        self.sync_every = sync_every
+        self.wait: list[float] = []
+        self.compute: list[float] = []
+
+    def __iter__(self) -> Iterator[Any]:
+        it = iter(self.iterable)
+        while True:
+            t0 = time.perf_counter()
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+            t1 = time.perf_counter()
+            self.wait.append(t1 - t0)
+            yield batch
+            if len(self.wait) % self.sync_every == 0:
+                synchronize(self.device)
+            self.compute.append(time.perf_counter() - t1)
+
+    def summary(self, skip: int = 0) -> dict[str, float]:
+        """Totals over the steps; `skip=k` leaves out the first k (a DataLoader's first `next()`
+        also starts its workers: not a steady-state wait)."""
+        check_int("skip", skip, 0, where="DataWaitMeter.summary")
+        wait, compute = sum(self.wait[skip:len(self.compute)]), sum(self.compute[skip:])
+        steps = max(0, len(self.compute) - skip)
+        return {"steps": steps, "step_s": (wait + compute) / steps if steps else 0.0, "wait_s": wait,
+                "compute_s": compute, "wait_fraction": wait / (wait + compute) if wait + compute else 0.0}
+
+    def diagnosis(self, skip: int = 0) -> str:
+        """One sentence: is this loop input-bound? (`wait_verdict`)"""
+        return wait_verdict(self.summary(skip)["wait_fraction"])[1]
 
 
 def _busy_seconds(prof: profile, device_type: str) -> float:
-    """GPU kernel (and copy) time, averaged over the GPUs that ran anything; on a CPU the
-    operators' self time. Labels (`record_function`, DataLoader's, the optimizer's) are not work,
-    and on a GPU only kernel rows count: a CPU operator also carries its kernels' time."""
+    """GPU kernel and copy time, averaged over the GPUs that ran any (a CPU operator's row also
+    carries its kernels' time); on a CPU the operators' self time. Labels are not work."""
     if device_type != "cuda":
         return sum(e.self_cpu_time_total for e in prof.key_averages() if not e.is_user_annotation) / 1e6
     per_gpu: dict[int, float] = {}
@@ -36,21 +105,20 @@ def _busy_seconds(prof: profile, device_type: str) -> float:
 class StepWindow:
     """Profile steps `warmup+1 ... warmup+steps` of a loop that calls `w(k)` after its k-th step.
 
-    The first `warmup` steps run unprofiled (worker start-up, lazy initialisation, recompiles,
+    The first `warmup` steps run unprofiled (worker start-up, lazy initialisation, compiling,
     CUDA-graph recording); the device is synchronised at both edges of the window. Call
-    `finish()` after the loop (it also closes a window the loop ended early; `steps_done` says
-    how many steps were profiled).
+    `finish()` after the loop: it closes a window the loop ended early (`steps_done`: how many
+    steps the window saw).
     """
 
     def __init__(self, *, device: str | torch.device | None = None, warmup: int = 3, steps: int = 10) -> None:
         check_int("warmup", warmup, where="StepWindow")
         check_int("steps", steps, where="StepWindow")
         self.device = as_device(device)
-        self.warmup, self.steps = warmup, steps
+        self.warmup, self.stop_after = warmup, warmup + steps  # stop_after: the loop's steps for all of it
         self.prof: profile | None = None
         self.t0 = self.wall = 0.0
-        self.steps_done = 0
-        self._running = False
+        self.steps_done, self._running = 0, False
 
     def __call__(self, step: int) -> None:
         if step == self.warmup and self.prof is None:
@@ -60,39 +128,30 @@ class StepWindow:
             self.prof.start()
             self._running = True
             self.t0 = time.perf_counter()
-        elif self._running and step == self.warmup + self.steps:
-            self._stop(step)
+        elif self._running:
+            self.steps_done = step - self.warmup
+            if step == self.stop_after:
+                self.finish()
 
-    def _stop(self, step: int) -> None:
-        synchronize(self.device)
-        self.wall = time.perf_counter() - self.t0
-        self.prof.stop()
-        self._running = False
-        self.steps_done = step - self.warmup
-
-    @property
-    def stop_after(self) -> int:
-        """How many steps the loop must run for the whole window (give the loop this limit)."""
-        return self.warmup + self.steps
-
-    def finish(self, steps_run: int | None = None) -> StepWindow:
+    def finish(self) -> StepWindow:
         if self._running:
-            self._stop(steps_run if steps_run is not None else self.warmup + self.steps)
+            synchronize(self.device)
+            self.wall = time.perf_counter() - self.t0
+            self.prof.stop()
+            self._running = False
         return self
 
     @property
     def busy_fraction(self) -> float | None:
         """Kernel time (GPU) or operator self time (CPU) over the window's wall time; None when
-        the loop never reached the window, or where torch.profiler does not time kernels."""
-        if self.prof is None or self._running or not self.wall:
-            return None
-        if self.device.type not in ("cpu", *KERNEL_TIMED):
+        the loop never reached the window, or where torch.profiler times no kernels (MPS, XPU)."""
+        if self.prof is None or self._running or not self.wall or self.device.type not in ("cpu", "cuda"):
             return None
         return min(_busy_seconds(self.prof, self.device.type) / self.wall, 1.0)
 
     def count(self, prefix: str) -> int:
         """How many events whose name starts with `prefix` ran in the window (e.g.
-        'cudaGraphLaunch': CUDA graphs were replayed; 0 means the steps ran kernel by kernel)."""
+        'cudaGraphLaunch': CUDA graphs replayed; 0: the steps ran kernel by kernel)."""
         if self.prof is None:
             return 0
         return sum(e.count for e in self.prof.key_averages() if e.key.startswith(prefix))

@@ -1,18 +1,34 @@
-"""Dive into Deep Learning's ResNet-18 (`d2l.torch.resnet18`), written with eager layers.
+"""d2l's ResNet-18 with eager layers, a small CNN, and what a training step costs in FLOPs.
 
-d2l builds it from `LazyConv2d` / `LazyBatchNorm2d`, whose shapes are only known after a first
-forward pass. That gets in the way of `channels_last`, `torch.compile`, DDP and state-dict
-loading, so here every layer is built with its input size. Parameter names, shapes and the
-forward computation are d2l's: a state dict loads from one into the other, both ways.
+d2l's lazy layers (`LazyConv2d`, shapes known after a first forward pass) get in the way of
+`channels_last`, `torch.compile`, DDP and loading state dicts; here every layer knows its input
+size, with d2l's names, shapes and forward pass: a state dict loads both ways.
+
+    per_image = training_flops_per_sample(net, (1, 28, 28))   # forward + backward
+    frac = fraction_of_peak(per_image * samples_per_s, device_name(), "bf16")
+
+`FlopCounterMode` counts matmuls and convolutions on a `meta`-device copy; element-wise work is
+not counted, so the fraction slightly under-states what the device does. Peaks are dense
+tensor-core datasheet figures (`PEAK_SOURCE`); a GPU missing from the table gets None.
 """
 
 from __future__ import annotations
 
+import copy
+import re
+from collections.abc import Callable, Sequence
+
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.utils.flop_counter import FlopCounterMode
 
-from .checks import check_int
+from .checks import check_choice, check_int, check_number
+
+PRECISIONS = ("bf16", "fp16", "tf32", "fp32")
+PEAK_SOURCE = ("NVIDIA datasheets (dense tensor-core TFLOP/s, without sparsity): H100/H200, "
+               "A100, V100, T4, A10, L4, L40S, B200 (HGX, per GPU) datasheets; GA102/AD102 "
+               "whitepapers for RTX 3090/4090")
 
 
 class Residual(nn.Module):
@@ -38,15 +54,12 @@ class Residual(nn.Module):
         return F.relu(Y + X)
 
 
-def _resnet_block(in_channels: int, out_channels: int, num_residuals: int,
-                  first_block: bool = False) -> nn.Sequential:
-    blk = []
-    for i in range(num_residuals):
-        if i == 0 and not first_block:
-            blk.append(Residual(in_channels, out_channels, use_1x1conv=True, strides=2))
-        else:
-            blk.append(Residual(out_channels, out_channels))
-    return nn.Sequential(*blk)
+def _resnet_block(in_channels: int, out_channels: int, first_block: bool = False) -> nn.Sequential:
+    """d2l's two residuals; every block but the first halves the size and widens."""
+    if first_block:
+        return nn.Sequential(Residual(out_channels, out_channels), Residual(out_channels, out_channels))
+    return nn.Sequential(Residual(in_channels, out_channels, use_1x1conv=True, strides=2),
+                         Residual(out_channels, out_channels))
 
 
 def resnet18(num_classes: int = 10, in_channels: int = 1, width: int = 64) -> nn.Sequential:
@@ -55,15 +68,11 @@ def resnet18(num_classes: int = 10, in_channels: int = 1, width: int = 64) -> nn
     for name, v in (("num_classes", num_classes), ("in_channels", in_channels), ("width", width)):
         check_int(name, v, 1, where="resnet18")
     w = width
-    net = nn.Sequential(
-        nn.Conv2d(in_channels, w, kernel_size=3, stride=1, padding=1),
-        nn.BatchNorm2d(w),
-        nn.ReLU(),
-    )
-    net.add_module("resnet_block1", _resnet_block(w, w, 2, first_block=True))
-    net.add_module("resnet_block2", _resnet_block(w, 2 * w, 2))
-    net.add_module("resnet_block3", _resnet_block(2 * w, 4 * w, 2))
-    net.add_module("resnet_block4", _resnet_block(4 * w, 8 * w, 2))
+    net = nn.Sequential(nn.Conv2d(in_channels, w, kernel_size=3, stride=1, padding=1), nn.BatchNorm2d(w), nn.ReLU())
+    net.add_module("resnet_block1", _resnet_block(w, w, first_block=True))
+    net.add_module("resnet_block2", _resnet_block(w, 2 * w))
+    net.add_module("resnet_block3", _resnet_block(2 * w, 4 * w))
+    net.add_module("resnet_block4", _resnet_block(4 * w, 8 * w))
     net.add_module("global_avg_pool", nn.AdaptiveAvgPool2d((1, 1)))
     net.add_module("fc", nn.Sequential(nn.Flatten(), nn.Linear(8 * w, num_classes)))
     return net
@@ -81,3 +90,57 @@ def small_cnn(in_channels: int = 3, num_classes: int = 10, width: int = 16) -> n
     return nn.Sequential(*block(in_channels, w), nn.MaxPool2d(2), *block(w, 2 * w), nn.MaxPool2d(2),
                          *block(2 * w, 4 * w), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
                          nn.Linear(4 * w, num_classes))
+
+
+# (regex on torch.cuda.get_device_name(), {precision: dense TFLOP/s}); first match wins, so the
+# more specific names come first. None = the card has no such hardware path.
+PEAK_TFLOPS: list[tuple[str, dict[str, float | None]]] = [
+    (r"B200", {"bf16": 2250.0, "fp16": 2250.0, "tf32": 1100.0, "fp32": None}),
+    (r"H100.*PCIe", {"bf16": 756.5, "fp16": 756.5, "tf32": 378.0, "fp32": 51.2}),
+    (r"H100.*NVL", {"bf16": 835.5, "fp16": 835.5, "tf32": 417.5, "fp32": 60.0}),
+    (r"H100|H200", {"bf16": 989.4, "fp16": 989.4, "tf32": 494.7, "fp32": 66.9}),  # H100 SXM5, H200
+    (r"A100", {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0, "fp32": 19.5}),
+    (r"L40S", {"bf16": 362.1, "fp16": 362.1, "tf32": 183.0, "fp32": 91.6}),
+    (r"\bL4\b", {"bf16": 121.0, "fp16": 121.0, "tf32": 60.0, "fp32": 30.3}),
+    (r"\bA10\b", {"bf16": 125.0, "fp16": 125.0, "tf32": 62.5, "fp32": 31.2}),
+    (r"V100", {"bf16": None, "fp16": 125.0, "tf32": None, "fp32": 15.7}),
+    (r"\bT4\b", {"bf16": None, "fp16": 65.0, "tf32": None, "fp32": 8.1}),
+    (r"RTX 4090", {"bf16": 165.2, "fp16": 165.2, "tf32": 82.6, "fp32": 82.6}),
+    (r"RTX 3090", {"bf16": 71.0, "fp16": 71.0, "tf32": 35.6, "fp32": 35.6}),
+]
+
+
+def peak_flops(device_name: str, precision: str = "bf16") -> float | None:
+    """Dense peak FLOP/s of the GPU called `device_name` at `precision`, or None when unknown
+    (a CPU, a GPU missing from the table, or a precision the card has no hardware for)."""
+    check_choice("precision", precision, PRECISIONS, where="peak_flops")
+    if not isinstance(device_name, str):
+        raise TypeError(f"device_name must be a string such as 'NVIDIA H100 80GB HBM3', got {device_name!r}")
+    tflops = next((peaks[precision] for pattern, peaks in PEAK_TFLOPS if re.search(pattern, device_name)), None)
+    return None if tflops is None else tflops * 1e12
+
+
+def fraction_of_peak(flops_per_second: float, device_name: str, precision: str = "bf16") -> float | None:
+    """Achieved FLOP/s over the card's datasheet peak (None when the peak is unknown)."""
+    check_number("flops_per_second", flops_per_second, where="fraction_of_peak", inclusive=True)
+    peak = peak_flops(device_name, precision)
+    return None if peak is None else flops_per_second / peak
+
+
+def training_flops_per_sample(model: nn.Module, sample_shape: Sequence[int], *,
+                              loss_fn: Callable | None = None, batch: int = 2) -> float:
+    """FLOPs of one forward + backward pass per sample (what one training image costs).
+
+    Counted on a `meta`-device copy: milliseconds and no memory, whatever the model."""
+    check_int("batch", batch, 1, where="training_flops_per_sample")
+    if not sample_shape or any(not isinstance(s, int) or s < 1 for s in sample_shape):
+        raise ValueError(f"sample_shape must be positive ints like (1, 28, 28), got {sample_shape!r}")
+    if isinstance(model, nn.DataParallel | nn.parallel.DistributedDataParallel):
+        model = model.module
+    net = copy.deepcopy(model).to("meta").train()
+    loss_fn = loss_fn or nn.CrossEntropyLoss()
+    X = torch.empty((batch, *sample_shape), device="meta")
+    y = torch.zeros(batch, dtype=torch.long, device="meta")
+    with FlopCounterMode(display=False) as counter:
+        loss_fn(net(X), y).backward()
+    return counter.get_total_flops() / batch

@@ -1,8 +1,7 @@
-"""Honest timing: a d2l-style `Timer` and a `benchmark` that warms up, repeats and synchronises.
+"""Honest timing: d2l's `Timer`, and a `benchmark` that warms up, repeats and synchronises.
 
-GPU work is queued asynchronously: a wall-clock timer around `y = model(x)` on a GPU measures
-the time to *queue* the kernels, not to run them. Every tool here synchronises the device
-before reading the clock. `micro_benchmark` wraps `torch.utils.benchmark` for single small ops.
+GPU work is queued asynchronously: a wall clock around `y = model(x)` measures the queueing, not
+the work, so every clock here synchronises the device before it is read.
 """
 
 from __future__ import annotations
@@ -10,26 +9,20 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
-import numpy as np
 import torch
-import torch.utils.benchmark as tb
 
-from .checks import check_int, check_number, check_seconds
+from .checks import check_int, check_number
 from .devices import as_device, synchronize
 
 
 class Timer:
-    """Record several running times (d2l's `Timer`, plus device sync and a context manager).
-
-    >>> t = Timer()             # starts at once, like d2l's
-    >>> with t: work()          # or t.start(); work(); t.stop()
-    >>> t.avg(), t.sum(), t.cumsum()
-    """
+    """d2l's `Timer` (it starts at once; `start()`/`stop()` append to `times`), synchronising the
+    device, and a context manager: `with t: work()`."""
 
     def __init__(self, device: str | torch.device | None = None) -> None:
-        # None: synchronise every GPU there is; otherwise checked now, not at the first stop().
+        # None: synchronise every GPU there is; a device is checked now, not at the first stop()
         self.device = as_device(device, "Timer: device") if device is not None else None
         self.times: list[float] = []
         self._tik: float | None = None
@@ -54,26 +47,15 @@ class Timer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def avg(self) -> float:
-        return sum(self.times) / len(self.times) if self.times else 0.0
-
-    def sum(self) -> float:
-        return sum(self.times)
-
-    def cumsum(self) -> list[float]:
-        return np.array(self.times).cumsum().tolist()
-
 
 @dataclass
 class Measurement:
-    """Seconds per call: median of `n` repeats, with the interquartile range as the spread."""
+    """Seconds per call: the median of the repeats, with the interquartile range as the spread."""
 
     label: str
     median: float
     iqr: float
-    mean: float
     min: float
-    n: int
     times: list[float]
 
     def per_second(self, items: float) -> float:
@@ -84,43 +66,22 @@ class Measurement:
                              "turn into a rate; time more work per call (benchmark(number=...))")
         return items / self.median
 
-    def as_dict(self) -> dict:
-        return asdict(self)
-
     def __str__(self) -> str:
-        return f"{self.label}: {_fmt(self.median)} median (IQR {_fmt(self.iqr)}, n={self.n})"
-
-
-def _synced_clock() -> float:
-    """The clock `benchmark` reads: synchronise the GPU first, so queued kernels are counted."""
-    synchronize()
-    return time.perf_counter()
+        return f"{self.label}: {_fmt(self.median)} median (IQR {_fmt(self.iqr)}, n={len(self.times)})"
 
 
 def _fmt(seconds: float) -> str:
-    if seconds >= 1:
-        return f"{seconds:.3f} s"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.2f} ms"
-    return f"{seconds * 1e6:.1f} us"
+    return (f"{seconds:.3f} s" if seconds >= 1 else f"{seconds * 1e3:.2f} ms" if seconds >= 1e-3
+            else f"{seconds * 1e6:.1f} us")
 
 
-def benchmark(
-    fn: Callable[[], object],
-    *,
-    repeats: int = 5,
-    warmup: int = 1,
-    number: int = 1,
-    label: str | None = None,
-) -> Measurement:
-    """Time `fn()`: `warmup` untimed calls, then `repeats` timed runs of `number` calls each.
+def benchmark(fn: Callable[[], object], *, repeats: int = 5, warmup: int = 1, number: int = 1,
+              label: str | None = None) -> Measurement:
+    """Seconds per call of `fn()`: `warmup` untimed calls, then `repeats` timed runs of `number`
+    calls, each timed by a `Timer` (the GPUs synchronised).
 
-    Returns seconds *per call*. Each timed run reads a clock that synchronises the GPU before
-    reading the time (as torch.utils.benchmark's own clock does), so queued kernels are counted.
-
-    Why not `torch.utils.benchmark.Timer.timeit` itself: it runs at least two hidden warm-up calls
-    before every timed run and pins PyTorch to one thread by default - right for micro-benchmarks
-    of one op, wrong for timing whole epochs at the machine's real thread count.
+    Not `torch.utils.benchmark.Timer.timeit`: it adds hidden warm-up calls to every timed run and
+    pins PyTorch to one thread, right for one small op, wrong for epochs at the real thread count.
     """
     for name, value, low in (("repeats", repeats, 1), ("warmup", warmup, 0), ("number", number, 1)):
         check_int(name, value, low, where="benchmark")
@@ -128,31 +89,14 @@ def benchmark(
         raise TypeError(f"benchmark: fn must be callable, got {type(fn).__name__}")
     for _ in range(warmup):
         fn()
-    times = []
+    timer = Timer()  # synchronises every GPU: queued kernels are counted
     for _ in range(repeats):
-        t0 = _synced_clock()
+        timer.start()
         for _ in range(number):
             fn()
-        times.append((_synced_clock() - t0) / number)
+        timer.stop()
+    times = [t / number for t in timer.times]
     q = statistics.quantiles(times, n=4) if len(times) >= 2 else [times[0]] * 3
-    return Measurement(
-        label=label or getattr(fn, "__name__", "fn"),
-        median=statistics.median(times),
-        iqr=q[2] - q[0],
-        mean=statistics.fmean(times),
-        min=min(times),
-        n=repeats,
-        times=times,
-    )
+    return Measurement(label or getattr(fn, "__name__", "fn"), statistics.median(times), q[2] - q[0],
+                       min(times), times)
 
-
-def micro_benchmark(stmt: str, globals: dict | None = None, *, min_run_time: float = 0.2,
-                    label: str = "") -> tb.Measurement:
-    """For a single small op: torch.utils.benchmark's adaptive `blocked_autorange`, at this
-    process's thread count (its default would pin to one thread)."""
-    if not isinstance(stmt, str) or not stmt.strip():
-        raise ValueError(f"micro_benchmark: stmt must be a non-empty string of code, got {stmt!r}")
-    check_seconds("min_run_time", min_run_time, where="micro_benchmark")
-    timer = tb.Timer(stmt=stmt, globals=globals or {}, num_threads=torch.get_num_threads(),
-                     label=label or stmt)
-    return timer.blocked_autorange(min_run_time=min_run_time)

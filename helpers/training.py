@@ -1,29 +1,35 @@
-"""A plain training loop, and evaluation, for the notebooks that are not about the loop itself.
+"""Training: a plain loop and evaluation, checkpoints that load anywhere, the memory a step needs.
 
-    hist = training.train(net, batches, num_epochs=2, lr=0.1, device=device)
-    hist.last.samples_per_s, hist["loss"]                  # per-epoch stats
+    hist = training.train(net, batches, num_epochs=2, lr=0.1, device=device)   # hist[-1].loss
     training.evaluate(net, test_batches, device=device)     # {'loss', 'accuracy', 'samples'}
 
-The notebooks that teach the loop write it in their own cells (04: accumulation, 07: mixed
-precision, 12: the book's loop and the fast recipe). This one is SGD on cross-entropy in fp32:
-- `train_iter`: any iterable of `(X, y)` batches (a `DataLoader`, a list of tensors on the
-  device); batches are moved to `device` when they are not there yet.
-- `steps_per_epoch=n`: an epoch is exactly n batches, going round `train_iter` again if needed.
-- `momentum > 0`: Nesterov momentum. `lr_schedule`: "constant", "linear-decay" (to 0 over the
-  run) or "one-cycle" (`OneCycleLR` peaking at `lr`), stepped after every update.
-- Loss and correct predictions are summed on the device and read once per epoch (notebook 05
-  shows why: every read is a device sync).
+The loop is SGD on cross-entropy in fp32, for notebooks not about the loop (04, 07 and 12 write
+theirs in cells). Loss and accuracy stay on the device until an epoch ends: every read is a sync
+(notebook 05). Checkpoints (06): DataParallel/DDP save `module.<name>` keys, tensors keep the
+device they were saved from (hence `map_location`), and `torch.load` unpickles, so
+`load_weights` always passes `weights_only=True`. Memory (04, 05, 07): `peak_step_bytes` is the
+suite's one peak measure; `SavedTensors` counts what autograd saves for backward (claim L9).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import io
 import time
-from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field
-from typing import Any
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
 
 import torch
+import torch.serialization as ser
 from torch import nn
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from . import devices
 from .checks import check_choice, check_int, check_number
@@ -35,31 +41,12 @@ LR_SCHEDULES = ("constant", "linear-decay", "one-cycle")
 class EpochStats:
     epoch: int
     loss: float
-    accuracy: float | None
+    accuracy: float
     samples: int
     seconds: float
     samples_per_s: float
     optimizer_steps: int
     lr: float
-
-
-@dataclass
-class History:
-    """What `train` measured: one `EpochStats` per epoch."""
-
-    epochs: list[EpochStats] = field(default_factory=list)
-
-    @property
-    def last(self) -> EpochStats:
-        if not self.epochs:
-            raise IndexError("History.last: no epoch has finished")
-        return self.epochs[-1]
-
-    def __getitem__(self, column: str) -> list[Any]:
-        """`hist["loss"]`: one value per epoch."""
-        if not self.epochs or column not in asdict(self.epochs[0]):
-            raise KeyError(f"History has no column {column!r}; columns are {list(EpochStats.__dataclass_fields__)}")
-        return [getattr(e, column) for e in self.epochs]
 
 
 def _pairs(batches: Iterable, steps: int | None, device: torch.device,
@@ -85,7 +72,7 @@ def _pairs(batches: Iterable, steps: int | None, device: torch.device,
 
 
 def _schedule(opt: torch.optim.Optimizer, name: str, lr: float, total: int | None) -> Any:
-    """The learning-rate schedule, stepped once per update; `total` updates in the run."""
+    """The learning-rate schedule over `total` updates (None: constant)."""
     if name == "constant":
         return None
     if total is None:
@@ -96,30 +83,49 @@ def _schedule(opt: torch.optim.Optimizer, name: str, lr: float, total: int | Non
     return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=total)
 
 
+def _run(net: nn.Module, pairs: Iterator, dev: torch.device, opt: torch.optim.Optimizer | None = None,
+         sched: Any = None, bar: Any = None) -> tuple[float, float, int, int, float]:
+    """One pass, training when `opt` is given: (loss, accuracy, samples, steps, last lr). The
+    sums stay on the device and are read once, at the end."""
+    loss_sum = torch.zeros((), device=dev, dtype=torch.float64)
+    correct = torch.zeros((), device=dev, dtype=torch.int64)
+    samples = steps = 0
+    lr = float("nan")
+    with torch.set_grad_enabled(opt is not None):
+        for X, y in pairs:
+            out = net(X)
+            loss = nn.functional.cross_entropy(out, y)
+            if opt is not None:
+                loss.backward()
+                lr = opt.param_groups[0]["lr"]
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                if sched is not None:
+                    sched.step()
+                bar.update(1)
+            steps, samples = steps + 1, samples + len(y)
+            loss_sum += loss.detach().double() * len(y)
+            correct += (out.detach().argmax(dim=1) == y).sum()
+    devices.synchronize(dev)
+    return loss_sum.item() / samples, correct.item() / samples, samples, steps, float(lr)
+
+
 def evaluate(net: nn.Module, data_iter: Iterable, *, device: str | torch.device | None = None) -> dict[str, Any]:
-    """Mean cross-entropy and accuracy of `net` on `data_iter` (no gradients, one sync at the end)."""
+    """Mean cross-entropy and accuracy of `net` on `data_iter` (no gradients, one sync)."""
     dev = devices.as_device(device)
     was_training = net.training
     net.eval()
-    loss_sum = torch.zeros((), device=dev, dtype=torch.float64)
-    correct = torch.zeros((), device=dev, dtype=torch.int64)
-    n = 0
     try:
-        with torch.no_grad():
-            for X, y in _pairs(data_iter, None, dev, "evaluate: data_iter"):
-                out = net(X)
-                loss_sum += nn.functional.cross_entropy(out, y).double() * len(y)
-                correct += (out.argmax(dim=1) == y).sum()
-                n += len(y)
+        loss, accuracy, n, _, _ = _run(net, _pairs(data_iter, None, dev, "evaluate: data_iter"), dev)
     finally:
         net.train(was_training)
-    return {"loss": loss_sum.item() / n, "accuracy": correct.item() / n, "samples": n}
+    return {"loss": loss, "accuracy": accuracy, "samples": n}
 
 
 def train(net: nn.Module, train_iter: Iterable, *, num_epochs: int = 1, lr: float = 0.1,
           momentum: float = 0.0, lr_schedule: str = "constant", device: str | torch.device | None = None,
-          steps_per_epoch: int | None = None, progress: bool = True) -> History:
-    """Train `net` with SGD on cross-entropy; see the module docstring. Returns a `History`."""
+          steps_per_epoch: int | None = None, progress: bool = True) -> list[EpochStats]:
+    """Train `net` with SGD on cross-entropy (see the module docstring); one `EpochStats` an epoch."""
     dev = devices.as_device(device)
     check_int("num_epochs", num_epochs, 1, where="train")
     check_int("steps_per_epoch", steps_per_epoch, 1, where="train", allow_none=True)
@@ -129,46 +135,138 @@ def train(net: nn.Module, train_iter: Iterable, *, num_epochs: int = 1, lr: floa
     if isinstance(train_iter, torch.Tensor) or not isinstance(train_iter, Iterable):
         raise ValueError("train: train_iter must be an iterable of (X, y) batches (a DataLoader, a list, ...)")
     per_epoch = steps_per_epoch or (len(train_iter) if hasattr(train_iter, "__len__") else None)
-    net.to(dev)
+    net.to(dev).train()
     opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=momentum, nesterov=momentum > 0)
     sched = _schedule(opt, lr_schedule, lr, num_epochs * per_epoch if per_epoch else None)
-    hist = History()
+    hist = []
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=per_epoch and per_epoch * num_epochs, desc="train", unit="batch", leave=False,
-               disable=not progress)
-    try:
+    with tqdm(total=per_epoch and per_epoch * num_epochs, desc="train", unit="batch", leave=False,
+              disable=not progress) as bar:
         for epoch in range(1, num_epochs + 1):
-            hist.epochs.append(_epoch(net, opt, sched, _pairs(train_iter, steps_per_epoch, dev), epoch, bar))
-    finally:
-        bar.close()
+            devices.synchronize(dev)
+            t0 = time.perf_counter()
+            loss, acc, n, steps, last_lr = _run(net, _pairs(train_iter, steps_per_epoch, dev), dev, opt, sched, bar)
+            s = time.perf_counter() - t0
+            hist.append(EpochStats(epoch, loss, acc, n, s, n / s if s > 0 else float("inf"), steps, last_lr))
     return hist
 
 
-def _epoch(net: nn.Module, opt: torch.optim.Optimizer, sched: Any, pairs: Iterator, epoch: int,
-           bar: Any) -> EpochStats:
-    """One epoch; the loss and correct counts stay on the device until its end."""
-    net.train()
-    dev = next(net.parameters()).device
-    loss_sum = torch.zeros((), device=dev, dtype=torch.float64)
-    correct = torch.zeros((), device=dev, dtype=torch.int64)
-    samples = steps = 0
-    devices.synchronize(dev)
-    t0 = time.perf_counter()
-    for X, y in pairs:
-        out = net(X)
-        loss = nn.functional.cross_entropy(out, y)
-        loss.backward()
-        lr = opt.param_groups[0]["lr"]
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        if sched is not None:
-            sched.step()
-        steps, samples = steps + 1, samples + len(y)
-        loss_sum += loss.detach().double() * len(y)
-        correct += (out.detach().argmax(dim=1) == y).sum()
-        bar.update(1)
-    devices.synchronize(dev)
-    seconds = time.perf_counter() - t0
-    return EpochStats(epoch, loss_sum.item() / samples, correct.item() / samples, samples, seconds,
-                      samples / seconds if seconds > 0 else float("inf"), steps, float(lr))
+# --- checkpoints ---------------------------------------------------------------------------
+
+def strip_module_prefix(state_dict: dict[str, Any], prefix: str = "module.") -> dict[str, Any]:
+    """A copy of `state_dict` without the DataParallel/DDP `module.` prefix (if there is one)."""
+    if not isinstance(state_dict, dict):
+        raise TypeError(f"strip_module_prefix: state_dict must be a dict, got {type(state_dict).__name__}")
+    sd = dict(state_dict)
+    consume_prefix_in_state_dict_if_present(sd, prefix)
+    return sd
+
+
+def load_weights(f: str | Path | BinaryIO, map_location: Any = "cpu") -> dict[str, Any]:
+    """`torch.load` with `weights_only=True` (safe for untrusted files) and a `map_location`."""
+    if isinstance(f, io.IOBase):
+        f.seek(0)
+    return torch.load(f, map_location=map_location, weights_only=True)
+
+
+_SAVE_AS: list[str] = []  # where `saved_as_if_on` says CPU storages live, while it is active
+
+
+@functools.cache
+def _register_tag() -> None:
+    # once: outside `saved_as_if_on` this tagger says None, and torch's own taggers decide
+    ser.register_package(1, lambda storage: _SAVE_AS[-1] if _SAVE_AS and storage.device.type == "cpu" else None,
+                         lambda storage, location: None)
+
+
+@contextlib.contextmanager
+def saved_as_if_on(location: str = "cuda:0") -> Iterator[None]:
+    """Inside this block `torch.save` records CPU tensors as living on `location`: a CPU-only
+    machine can show what a GPU machine's checkpoint does to it (a demonstration, said so)."""
+    if not isinstance(location, str) or not location.startswith("cuda"):
+        raise ValueError(f"saved_as_if_on: location must be a CUDA location such as 'cuda:0', got {location!r}")
+    _register_tag()
+    _SAVE_AS.append(location)
+    try:
+        yield
+    finally:
+        _SAVE_AS.pop()
+
+
+# --- memory --------------------------------------------------------------------------------
+
+class SavedTensors(torch.autograd.graph.saved_tensors_hooks):
+    """Note every tensor autograd saves inside the `with` block; ask later how many bytes
+    live on (each storage counted once).
+
+        with SavedTensors() as saved:
+            loss = loss_fn(net(X), y)
+        saved.live_bytes()      # activations held by the graph of `loss`, freed with it
+    """
+
+    def __init__(self) -> None:
+        self._refs: list[tuple[weakref.ref, int, int]] = []  # (alias, storage address, bytes)
+        super().__init__(self._pack, lambda t: t)
+
+    def __enter__(self) -> SavedTensors:
+        super().__enter__()
+        return self
+
+    def _pack(self, t: torch.Tensor) -> torch.Tensor:
+        # The graph keeps a detached alias (same storage): packing `t` itself would make a cycle
+        # output -> grad_fn -> output that only Python's slow cycle collector frees.
+        held = t.detach()
+        with contextlib.suppress(RuntimeError, TypeError):  # tensors without a storage
+            storage = held.untyped_storage()
+            self._refs.append((weakref.ref(held), storage.data_ptr(), storage.nbytes()))
+        return held
+
+    def saved_bytes(self) -> int:
+        """Bytes saved for backward, alive or not."""
+        return sum({ptr: n for _, ptr, n in self._refs}.values())
+
+    def live_bytes(self) -> int:
+        """Bytes of saved tensors still alive now (a graph dies with its last reference)."""
+        return sum({ptr: n for ref, ptr, n in self._refs if ref() is not None}.values())
+
+
+class PeakTensorBytes(TorchDispatchMode):
+    """`m.peak`: the most bytes of tensors made inside the `with` block alive at once. A CPU has
+    no allocator peak and its resident size mixes in caching; this mode sees every operator's
+    outputs (forward, backward, recomputation) and weakly tracks each new storage."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._live: dict[int, tuple[StorageWeakRef, int]] = {}
+        self.peak = self.current = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 - torch's protocol
+        out = func(*args, **(kwargs or {}))
+        # forget freed storages first: a new storage may reuse a freed one's address
+        for key in [k for k, (ref, _) in self._live.items() if ref.expired()]:
+            del self._live[key]
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                storage = t.untyped_storage()
+                ref = StorageWeakRef(storage)
+                self._live.setdefault(ref.cdata, (ref, storage.nbytes()))
+        self.current = sum(n for _, n in self._live.values())
+        self.peak = max(self.peak, self.current)
+        return out
+
+
+def peak_step_bytes(step: Callable[[], object], device: str | torch.device) -> tuple[int, str]:
+    """Peak memory `step()` allocates on top of what exists, and how it was measured: the
+    allocator's peak where the device keeps one (CUDA, XPU), else `PeakTensorBytes`."""
+    dev = devices.as_device(device)
+    if devices.has_peak_memory_counter(dev):
+        devices.synchronize(dev)
+        before = devices.memory_allocated(dev)
+        devices.reset_peak_memory(dev)
+        step()
+        devices.synchronize(dev)
+        return int(devices.max_memory_allocated(dev) - before), f"{dev.type} max_memory_allocated"
+    with PeakTensorBytes() as m:
+        step()
+    return m.peak, "peak bytes of live tensors (dispatch-mode count)"

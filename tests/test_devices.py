@@ -8,7 +8,7 @@ import types
 import pytest
 import torch
 
-from helpers import devices, memory, profiles
+from helpers import devices, profiles, training
 
 
 def fake_accelerator(monkeypatch, kind, count=1, synced=None):
@@ -86,7 +86,7 @@ def test_mps_without_bf16_refuses_bf16(mps, monkeypatch):
 
 def test_peak_step_bytes_on_mps_counts_instead_of_faking_a_peak(mps):
     net = torch.nn.Linear(4, 2)
-    peak, how = memory.peak_step_bytes(lambda: net(torch.randn(3, 4)).sum().backward(), "mps")
+    peak, how = training.peak_step_bytes(lambda: net(torch.randn(3, 4)).sum().backward(), "mps")
     assert peak > 0 and "dispatch-mode" in how  # MPS has no peak counter: the step's tensors are counted
 
 
@@ -101,9 +101,9 @@ def test_hardware_summary_names_the_apple_chip_and_unified_memory(mps):
 
 
 def test_auto_profile_follows_the_device(monkeypatch, mps):
-    assert profiles.resolve("auto") == "full"
+    assert profiles.active("auto").name == "full"
     fake_accelerator(monkeypatch, None)
-    assert profiles.resolve("auto") == "smoke"
+    assert profiles.active("auto").name == "smoke"
 
 
 # A wheel of this torch's kind: machine code from sm_75 (Turing) on, no PTX (CUDA 13 dropped Volta).

@@ -1,8 +1,13 @@
-"""helpers.diagnose.StepWindow: profiles the steps it is told to, and says how busy they were."""
+"""helpers.diagnose: `DataWaitMeter` splits a step into waiting for data and the step, and
+`StepWindow` profiles the steps it is told to and says how busy they were."""
 
+import time
+
+import pytest
 import torch
 
 from helpers import diagnose, models
+from helpers.diagnose import DataWaitMeter
 
 
 def _loop(window, steps):
@@ -28,7 +33,60 @@ def test_step_window_profiles_its_steps_and_a_compute_bound_loop_is_busy():
 def test_step_window_closed_early_and_never_reached():
     early = diagnose.StepWindow(device="cpu", warmup=1, steps=5)
     _loop(early, 3)
-    assert early.finish(3).steps_done == 2 and early.busy_fraction is not None
+    assert early.finish().steps_done == 2 and early.busy_fraction is not None
     never = diagnose.StepWindow(device="cpu", warmup=4, steps=2)
     _loop(never, 2)
     assert never.finish().steps_done == 0 and never.busy_fraction is None and never.count("aten") == 0
+
+
+def slow_source(n, delay):
+    for i in range(n):
+        time.sleep(delay)
+        yield i
+
+
+def test_input_bound_loop_is_diagnosed():
+    meter = DataWaitMeter(slow_source(5, 0.03))
+    for _ in meter:
+        time.sleep(0.003)
+    s = meter.summary()
+    assert s["steps"] == 5 and s["wait_fraction"] > 0.6
+    assert "input-bound" in meter.diagnosis()
+
+
+def test_compute_bound_loop_is_diagnosed():
+    meter = DataWaitMeter(range(5))
+    for _ in meter:
+        time.sleep(0.02)
+    assert meter.summary()["wait_fraction"] < 0.1
+    assert "compute-bound" in meter.diagnosis()
+
+
+def test_bad_sync_every():
+    with pytest.raises(ValueError, match="sync_every"):
+        DataWaitMeter([], sync_every=0)
+
+
+def test_skip_leaves_out_the_first_steps():
+    def source():
+        time.sleep(0.2)  # a slow first batch, like a DataLoader starting its workers
+        yield from range(4)
+
+    meter = DataWaitMeter(source())
+    for _ in meter:
+        time.sleep(0.01)
+    assert meter.summary()["wait_fraction"] > 0.5
+    steady = meter.summary(skip=1)
+    assert steady["steps"] == 3 and steady["wait_fraction"] < 0.2
+    assert steady["step_s"] == pytest.approx((steady["wait_s"] + steady["compute_s"]) / 3)
+    with pytest.raises(ValueError, match="skip must be an int >= 0"):
+        meter.summary(skip=-1)
+
+
+@pytest.mark.parametrize("wait", [0.0, 0.05, diagnose.NOTICEABLE, 0.2, diagnose.INPUT_BOUND - 1e-9,
+                                  diagnose.INPUT_BOUND, 0.9])
+def test_wait_verdict_either_side_of_its_thresholds(wait):
+    kind, sentence = diagnose.wait_verdict(wait)
+    expected = ("input-bound" if wait >= diagnose.INPUT_BOUND else
+                "noticeable" if wait >= diagnose.NOTICEABLE else "not input-bound")
+    assert kind == expected and f"{100 * wait:.0f} %" in sentence

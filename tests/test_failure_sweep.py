@@ -39,12 +39,10 @@ from torchvision import transforms
 from helpers import (
     capstone,
     data,
-    data_wait,
     device_augment,
     devices,
     diagnose,
     launch,
-    memory,
     models,
     paths,
     pipelines,
@@ -94,7 +92,7 @@ def live_plot_add(*args: Any, **kwargs: Any) -> Any:
 
 def measurement(median: float):
     def per_second(*args: Any, **kwargs: Any) -> Any:
-        return timing.Measurement("m", median, 0.0, median, median, 1, [median]).per_second(*args, **kwargs)
+        return timing.Measurement("m", median, 0.0, median, [median]).per_second(*args, **kwargs)
     per_second.__qualname__ = f"Measurement(median={median}).per_second"
     return per_second
 
@@ -133,6 +131,11 @@ CASES = [
     case(models.Residual, ValueError, r"Residual: in_channels must be an int >= 1, got 0", 0, 8),
     case(models.Residual, ValueError, r"Residual: num_channels must be an int >= 1, got 'a'", 4, "a"),
     case(models.Residual, ValueError, r"Residual: strides must be an int >= 1, got 0", 4, 8, strides=0),
+    case(models.peak_flops, ValueError, r"peak_flops: precision must be one of 'bf16', 'fp16', 'tf32', 'fp32', got 'int8'", "NVIDIA H100", "int8"),
+    case(models.peak_flops, TypeError, r"device_name must be a string such as 'NVIDIA H100 80GB HBM3', got 5", 5),
+    case(models.fraction_of_peak, ValueError, r"fraction_of_peak: flops_per_second must be a finite number >= 0, got -1", -1, "NVIDIA H100"),
+    case(models.training_flops_per_sample, ValueError, r"sample_shape must be positive ints like \(1, 28, 28\), got \(0,\)", torch.nn.Linear(2, 2), (0,)),
+    case(models.training_flops_per_sample, ValueError, r"training_flops_per_sample: batch must be an int >= 1, got 0", torch.nn.Linear(2, 2), (2,), batch=0),
     # --- timing ----------------------------------------------------------------------------
     case(timing.benchmark, TypeError, r"fn must be callable, got int", 5),
     case(timing.benchmark, ValueError, r"repeats must be an int >= 1, got 0", noop, repeats=0),
@@ -231,8 +234,8 @@ CASES = [
     case(synthetic.write_image_folder, ValueError, r"quality must be an int in 1..95, got 0", "unused", UINT8_1, np.array([0]), ["a"], fmt="jpeg", quality=0),
     case(synthetic.is_synthetic, TypeError, r"folder must be a path \(str or Path\), got int", 5),
     # --- profiles --------------------------------------------------------------------------
-    case(profiles.resolve, ValueError, r"profile \(or \$FTG_PROFILE\) must be one of 'smoke', 'full', 'auto', got 'fast'", "fast"),
-    case(profiles.resolve, TypeError, r"profile must be a string, one of smoke, full, auto; got 5", 5),
+    case(profiles.active, ValueError, r"profile \(or \$FTG_PROFILE\) must be one of 'smoke', 'full', 'auto', got 'fast'", "fast"),
+    case(profiles.active, TypeError, r"profile must be a string, one of smoke, full, auto; got 5", 5),
     case(profiles.choose, ValueError, r"profile \(or \$FTG_PROFILE\) must be one of .* got 'fast'", "fast"),
     case(profiles.active, ValueError, r"profile \(or \$FTG_PROFILE\) must be one of 'smoke', 'full', 'auto', got 'tiny'", "tiny"),
     case(profiles.Profile, ValueError, r"name must be one of smoke, full .* got 'fast'", "fast"),
@@ -262,12 +265,12 @@ CASES = [
     case(report.build, TypeError, r"results must be a list of result dicts", [{"no": "notebook"}]),
     case(report.render_notebooks, FileNotFoundError, r"notebooks_dir .*nope is not a folder of executed notebooks", "/nonexistent/nope"),
     case(report.write, FileNotFoundError, r"build_dir .*does-not-exist does not exist; run the notebooks first", "/nonexistent/does-not-exist"),
-    # --- data_wait -------------------------------------------------------------------------
-    case(data_wait.DataWaitMeter, ValueError, r"sync_every must be an int >= 1, got 0", [], sync_every=0),
-    case(data_wait.DataWaitMeter, ValueError, r"sync_every must be an int >= 1, got -2", [], sync_every=-2),
-    case(data_wait.DataWaitMeter, TypeError, r"iterable must be iterable \(a DataLoader.*got int", 5),
-    case(data_wait.DataWaitMeter, ValueError, r"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'tpu'", [1], device="tpu"),
-    case(data_wait.wait_verdict, ValueError, r"wait_verdict: wait_fraction must be a fraction in \[0, 1\], got 1.5", 1.5),
+    # --- diagnose: data wait ---------------------------------------------------------------------
+    case(diagnose.DataWaitMeter, ValueError, r"sync_every must be an int >= 1, got 0", [], sync_every=0),
+    case(diagnose.DataWaitMeter, ValueError, r"sync_every must be an int >= 1, got -2", [], sync_every=-2),
+    case(diagnose.DataWaitMeter, TypeError, r"iterable must be iterable \(a DataLoader.*got int", 5),
+    case(diagnose.DataWaitMeter, ValueError, r"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'tpu'", [1], device="tpu"),
+    case(diagnose.wait_verdict, ValueError, r"wait_verdict: wait_fraction must be a fraction in \[0, 1\], got 1.5", 1.5),
     # --- suite -----------------------------------------------------------------------------
     case(runner.main, ValueError, r"profile \(or \$FTG_PROFILE\) must be one of 'smoke', 'full', 'auto', got 'fast'", ["--profile", "fast"]),
     case(runner.choose_profile, ValueError, r"profile \(or \$FTG_PROFILE\) must be one of 'smoke', 'full', 'auto', got 'fast'", "fast"),
@@ -289,8 +292,6 @@ CASES = [
     case(pipelines.image_folder, FileNotFoundError, r"root: the image folder '/nonexistent/q' does not exist", "/nonexistent/q"),
     case(pipelines.PerSampleTensorDataset, ValueError, r"x must be a uint8 tensor of shape \(N, C, H, W\)", X4.float(), Y4),
     case(pipelines.PerSampleTensorDataset, ValueError, r"x and y must have the same length, got 4 and 2", X4, Y4[:2]),
-    case(timing.micro_benchmark, ValueError, r"micro_benchmark: stmt must be a non-empty string", ""),
-    case(timing.micro_benchmark, ValueError, r"min_run_time must be a positive finite number", "1", min_run_time=0),
     case(entered(threads.cpu_threads), ValueError, r"cpu_threads: n must be an int >= 1, got 0", 0),
     case(pipelines.cifar_train_transform, ValueError, r"crop must be an int >= 1, got 0", crop=0),
     case(pipelines.tensor_train_transform, ValueError, r"crop must be an int >= 1, got 0", crop=0),
@@ -307,13 +308,11 @@ CASES = [
     case(training.train, ValueError, r"train: lr_schedule must be one of 'constant', 'linear-decay', 'one-cycle', got 'cosine'",
          torch.nn.Linear(2, 2), [], lr_schedule="cosine", device="cpu"),
     case(training.evaluate, ValueError, r"evaluate: data_iter gave no batches", torch.nn.Linear(2, 2), [], device="cpu"),
-    case(memory.peak_step_bytes, ValueError, r"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'tpu'", noop, "tpu"),
+    case(training.peak_step_bytes, ValueError, r"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'tpu'", noop, "tpu"),
     case(launch.run, FileNotFoundError, r"run: script '/nonexistent/train.py' is not a file", "/nonexistent/train.py"),
     case(launch.run, ValueError, r"run: nprocs must be an int >= 1, got 0", __file__, nprocs=0),
     case(launch.run, ValueError, r"run: timeout must be a positive finite number of seconds, got 0", __file__, timeout=0),
     # --- non-finite numbers, devices that are not there, process lifetimes ------------------
-    case(timing.micro_benchmark, ValueError, r"min_run_time must be a positive finite number of seconds, got inf", "pass", min_run_time=float("inf")),
-    case(timing.micro_benchmark, ValueError, r"min_run_time must be a positive finite number of seconds, got nan", "pass", min_run_time=float("nan")),
     case(training.train, ValueError, r"train: lr must be a positive finite number, got nan", torch.nn.Linear(2, 2), [], lr=float("nan"), device="cpu"),
     case(training.train, ValueError, r"train: lr must be a positive finite number, got inf", torch.nn.Linear(2, 2), [], lr=float("inf"), device="cpu"),
     case(training.train, ValueError, r"train: steps_per_epoch must be an int >= 1 or None, got 0", torch.nn.Linear(2, 2), [], steps_per_epoch=0, device="cpu"),
@@ -352,7 +351,7 @@ def test_bad_input_gives_a_clear_error(c: Case, tmp_path, monkeypatch):
 def test_the_sweep_covers_every_public_helper():
     """A new public function in these modules needs a line in CASES (or a reason below)."""
     mods = (models, timing, plotting, devices, data, synthetic, profiles, results, report,
-            data_wait, runner, catalog)
+            diagnose, runner, catalog)
     # Functions with no argument that can be wrong, or whose inputs are checked elsewhere.
     no_bad_input = {"devices.cpu", "devices.num_gpus", "devices.accelerator", "devices.try_all_gpus",
                     "devices.hardware_summary", "results.load_all", "report.to_markdown",
@@ -538,7 +537,7 @@ def _train_until_interrupted(batches, stop_at: int, seen: set[int]) -> None:
 def test_keyboard_interrupt_mid_epoch_leaves_no_workers(wrap, data_root):
     before = {c.pid for c in psutil.Process().children(recursive=True)}
     loader = _loader(data_root)
-    batches = loader if wrap == "DataLoader" else data_wait.DataWaitMeter(loader)
+    batches = loader if wrap == "DataLoader" else diagnose.DataWaitMeter(loader)
     seen: set[int] = set()
     with pytest.raises(KeyboardInterrupt):
         _train_until_interrupted(batches, stop_at=3, seen=seen)

@@ -1,45 +1,53 @@
+"""helpers.models: d2l's ResNet-18 (same names, shapes and outputs as d2l's), FLOPs per sample
+and the datasheet peaks."""
+
 import pytest
 import torch
+from torch import nn
 
+from helpers import models
 from helpers.models import resnet18
 
-d2l = pytest.importorskip("d2l.torch", reason="d2l is installed by `make` (pip --no-deps)")
+
+@pytest.fixture(scope="module")
+def d2l():
+    return pytest.importorskip("d2l.torch", reason="d2l is installed by `make` (pip --no-deps)")
 
 
 def _count(net):
     return sum(p.numel() for p in net.parameters())
 
 
-def _d2l_net(num_classes=10, in_channels=1):
+def _d2l_net(d2l, num_classes=10, in_channels=1):
     net = d2l.resnet18(num_classes, in_channels)
     net(torch.zeros(2, in_channels, 28, 28))  # materialise d2l's lazy layers
     return net
 
 
 @pytest.mark.parametrize("in_channels", [1, 3])
-def test_same_names_and_shapes_as_d2l(in_channels):
+def test_same_names_and_shapes_as_d2l(d2l, in_channels):
     ours = resnet18(10, in_channels).state_dict()
-    theirs = _d2l_net(10, in_channels).state_dict()
+    theirs = _d2l_net(d2l, 10, in_channels).state_dict()
     assert list(ours) == list(theirs)
     assert {k: v.shape for k, v in ours.items()} == {k: v.shape for k, v in theirs.items()}
 
 
-def test_state_dict_loads_both_ways_with_same_outputs():
+def test_state_dict_loads_both_ways_with_same_outputs(d2l):
     torch.manual_seed(0)
     x = torch.randn(4, 1, 28, 28)
-    theirs, ours = _d2l_net().eval(), resnet18().eval()
+    theirs, ours = _d2l_net(d2l).eval(), resnet18().eval()
     ours.load_state_dict(theirs.state_dict(), strict=True)
     torch.testing.assert_close(ours(x), theirs(x))
-    ours2, theirs2 = resnet18().eval(), _d2l_net().eval()
+    ours2, theirs2 = resnet18().eval(), _d2l_net(d2l).eval()
     assert not torch.allclose(ours2(x), theirs2(x))  # different random inits differ...
     theirs2.load_state_dict(ours2.state_dict(), strict=True)
     torch.testing.assert_close(theirs2(x), ours2(x))  # ...until the weights are shared
 
 
-def test_no_lazy_modules_and_d2l_size():
+def test_no_lazy_modules_and_d2l_size(d2l):
     net = resnet18()
     assert not any(isinstance(m, torch.nn.modules.lazy.LazyModuleMixin) for m in net.modules())
-    assert _count(net) == _count(_d2l_net())
+    assert _count(net) == _count(_d2l_net(d2l))
 
 
 def test_width_shrinks_and_bad_args():
@@ -48,3 +56,54 @@ def test_width_shrinks_and_bad_args():
     for bad in ({"num_classes": 0}, {"in_channels": -1}, {"width": 2.5}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             resnet18(**bad)
+
+
+def test_resnet18_training_flops_match_hand_count():
+    # d2l ResNet-18 at 28x28: 0.912 GFLOP forward, x3 for forward + backward
+    train = models.training_flops_per_sample(resnet18(), (1, 28, 28))
+    assert train == pytest.approx(3 * 0.9116e9, rel=1e-2) and train == pytest.approx(2.734e9, rel=1e-3)
+
+
+def test_linear_layer_flops_are_exact():
+    net = nn.Linear(10, 5, bias=False)
+    # forward 2 * 10 * 5 (multiply-adds); backward the weight's gradient, as many again (the
+    # input needs no gradient)
+    assert models.training_flops_per_sample(net, (10,), loss_fn=lambda out, y: out.sum()) == 2 * 2 * 10 * 5
+
+
+def test_wrappers_are_unwrapped_and_model_untouched():
+    net = resnet18(width=4)
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    a = models.training_flops_per_sample(net, (1, 28, 28))
+    b = models.training_flops_per_sample(nn.DataParallel(net), (1, 28, 28))
+    assert a == b > 0
+    assert all(torch.equal(before[k], v) for k, v in net.state_dict().items())
+    assert all(p.grad is None for p in net.parameters())
+
+
+@pytest.mark.parametrize("name,precision,tflops", [
+    ("NVIDIA H100 80GB HBM3", "bf16", 989.4),
+    ("NVIDIA H100 PCIe", "bf16", 756.5),
+    ("NVIDIA H200", "bf16", 989.4),
+    ("NVIDIA A100-SXM4-80GB", "tf32", 156.0),
+    ("NVIDIA A10", "bf16", 125.0),
+    ("Tesla V100-SXM2-16GB", "fp16", 125.0),
+])
+def test_peak_table(name, precision, tflops):
+    assert models.peak_flops(name, precision) == pytest.approx(tflops * 1e12)
+
+
+def test_unknown_devices_give_none_not_a_guess():
+    assert models.peak_flops("Intel(R) Xeon(R) CPU") is None
+    assert models.peak_flops("Tesla V100-SXM2-16GB", "bf16") is None   # no bf16 hardware
+    assert models.fraction_of_peak(1e12, "some laptop") is None
+    assert models.fraction_of_peak(494.7e12, "NVIDIA H100 80GB HBM3", "bf16") == pytest.approx(0.5)
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="precision"):
+        models.peak_flops("NVIDIA H100", "int8")
+    with pytest.raises(ValueError, match="sample_shape"):
+        models.training_flops_per_sample(nn.Linear(2, 2), (0,))
+    with pytest.raises(ValueError, match="flops_per_second"):
+        models.fraction_of_peak(-1, "NVIDIA H100")

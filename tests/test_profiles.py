@@ -9,14 +9,14 @@ def test_env_var_and_default(monkeypatch):
     monkeypatch.setenv("FTG_PROFILE", "SMOKE")
     assert profiles.active().is_smoke
     monkeypatch.delenv("FTG_PROFILE")
-    assert profiles.resolve() in profiles.PROFILES
+    assert profiles.active().name in profiles.PROFILES
 
 
 def test_unknown_profile_lists_valid_ones():
     with pytest.raises(ValueError, match="profile \\(or \\$FTG_PROFILE\\) must be one of 'smoke', 'full', 'auto', got"):
-        profiles.resolve("fast")
+        profiles.active("fast")
     with pytest.raises(TypeError, match="profile must be a string"):
-        profiles.resolve(3)
+        profiles.active(3)
 
 
 def test_pick_and_describe(capsys):
