@@ -146,8 +146,7 @@ def _synthetic_cifar_md5(folder: Path) -> dict[str, str]:
 
 
 class _SyntheticCIFAR10(torchvision.datasets.CIFAR10):
-    """The real CIFAR10 reader (it checks each file's md5 before unpickling it), with the
-    stand-in's checksums."""
+    """The real CIFAR10 reader (it checks a file's md5 before unpickling it), the stand-in's md5s."""
 
     def __init__(self, root: str, **kwargs: object) -> None:
         md5 = _synthetic_cifar_md5(Path(root) / self.base_folder)

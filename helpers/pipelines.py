@@ -1,8 +1,5 @@
-"""The CPU image pipeline of real training code: files on disk -> decode -> augment -> batch.
-
-    root, synthetic = prepare_image_folder(n=2048)           # PNGs of CIFAR-10 (or its stand-in)
-    ds = image_folder(root, transform=cifar_train_transform())
-    loader = DataLoader(ds, batch_size=128, num_workers=2, prefetch_factor=2)  # in the notebook
+"""The CPU image pipeline of real training code: files on disk -> decode -> augment -> batch:
+`image_folder(prepare_image_folder()[0], transform=cifar_train_transform())` for a DataLoader.
 
 What a DataLoader worker runs (data set, transforms) lives here, in an importable module: a
 `spawn` worker (macOS, Windows) re-imports what it runs and cannot import a notebook cell.
@@ -17,7 +14,6 @@ import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
@@ -55,8 +51,7 @@ def prepare_image_folder(n: int = 2048, *, fmt: str = "png", source: str = "auto
     if n > len(ds):
         raise ValueError(f"n must be at most the data set's size ({len(ds)}), got {n}")
     x, y = data.as_tensors(ds, limit=n)
-    synthetic.write_image_folder(done.parent, x.permute(0, 2, 3, 1).numpy(), y.numpy(),
-                                 list(getattr(ds, "classes", None) or synthetic.CIFAR_CLASSES),
+    synthetic.write_image_folder(done.parent, x.permute(0, 2, 3, 1).numpy(), y.numpy(), list(ds.classes),
                                  fmt=fmt, quality=quality)
     paths.write_atomic(done, json.dumps({"n": n, "fmt": fmt, "synthetic": ds.synthetic,
                                          "written": time.strftime("%Y-%m-%dT%H:%M:%S")}))
@@ -132,11 +127,10 @@ class PerSampleTensorDataset(Dataset):
 
 
 # ----------------------------------------------------------------------------- what the workers cost
-# RSS counts pages a worker shares with its parent (after `fork`, a copy-on-write clone), so it
-# overstates what workers add; USS is what the machine gets back when a worker exits. Batches in
-# flight live in shared memory mapped by a worker, then the parent: only PSS of anonymous and
-# shared-memory pages, summed over parent and workers, sees them. `added_mb` is that sum
-# (median while loading) minus the parent's before loading.
+# RSS counts pages a worker shares with its parent (a `fork` clone), so it overstates what
+# workers add; USS is what the machine gets back when a worker exits. Batches in flight live in
+# shared memory, mapped by a worker then the parent: only the PSS of anonymous and shared pages,
+# summed over parent and workers, sees them (`added_mb`: minus the parent's before loading).
 
 MB = 2**20
 _NOT_WORKERS = ("resource_tracker", "forkserver", "semaphore_tracker")
@@ -175,15 +169,12 @@ def _memory(proc: psutil.Process) -> tuple[int, int, int]:
     return info.rss, info.uss, private_pss(proc.pid, fallback=getattr(info, "pss", info.uss))
 
 
-@dataclass
 class WorkerMemorySampler:
     """Sample the memory of this process's workers from a thread every `interval` s."""
 
-    interval: float = 0.05
-    samples: list[dict] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        check_seconds("interval", self.interval, where="WorkerMemorySampler")
+    def __init__(self, interval: float = 0.05) -> None:
+        self.interval = check_seconds("interval", interval, where="WorkerMemorySampler")
+        self.samples: list[dict] = []
         self._stop, self._me = threading.Event(), psutil.Process()
 
     def _run(self) -> None:

@@ -1,9 +1,7 @@
-"""Synthetic stand-ins for the real data sets, in the real on-disk formats, for when the real
-data cannot be downloaded (offline machines, CI): the real torchvision classes read them.
-
-Learnable but not trivial: each class has a random low-frequency prototype; a sample is its
-prototype shifted a few pixels, rescaled in contrast, with pixel noise; a few labels are
-flipped, so no model reaches 100 %.
+"""Stand-ins for the real data sets where they cannot be downloaded (offline, CI), in the real
+on-disk formats, so the real torchvision classes read them. Learnable but not trivial: a sample
+is its class's random low-frequency prototype, shifted a few pixels, rescaled in contrast, with
+pixel noise; a few labels are flipped, so no model reaches 100 %.
 """
 
 from __future__ import annotations
@@ -22,8 +20,7 @@ import numpy as np
 
 from .checks import check_choice, check_int
 
-CIFAR_CLASSES = ["airplane", "automobile", "bird", "cat", "deer",
-                 "dog", "frog", "horse", "ship", "truck"]
+CIFAR_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 MARKER = "SYNTHETIC.json"
 
 
@@ -59,7 +56,7 @@ def class_images(n: int, height: int, width: int, channels: int = 1, *, num_clas
     return images, labels.astype(np.int64)
 
 
-def _write_folder(target: Path, files: dict[str, bytes], dirs: tuple[str, ...] = ()) -> None:
+def _write_folder(target: Path, files: dict[str, bytes], dirs: tuple[str, ...] = ()) -> Path:
     """Write `files` (relative path -> bytes) and `dirs` as the folder `target`, so that no
     reader or second writer ever sees half a folder or half a file: a temporary folder beside
     it, renamed into place; when `target` exists already, each file renamed over its old copy,
@@ -75,13 +72,14 @@ def _write_folder(target: Path, files: dict[str, bytes], dirs: tuple[str, ...] =
             (tmp / rel).write_bytes(data)
         try:
             os.rename(tmp, target)  # atomic; fails when target is a non-empty folder
-            return
+            return target
         except OSError:
             pass
         for d in folders:
             (target / d).mkdir(parents=True, exist_ok=True)
         for rel in sorted(files, key=lambda r: Path(r).name == MARKER):
             os.replace(tmp / rel, target / rel)
+        return target
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -92,21 +90,16 @@ def _idx(array: np.ndarray) -> bytes:
             + np.ascontiguousarray(array, dtype=np.uint8).tobytes())
 
 
-def _marker(**info: object) -> bytes:
-    return json.dumps({"synthetic": True, **info}, indent=1).encode()
-
-
 def write_fashion_mnist(root: str | Path, n_train: int = 60000, n_test: int = 10000) -> Path:
     """Write `<root>/FashionMNIST/raw/*-ubyte` as torchvision's FashionMNIST reads them."""
     check_int("n_train", n_train, where="write_fashion_mnist")
     check_int("n_test", n_test, where="write_fashion_mnist")
-    files = {MARKER: _marker(dataset="FashionMNIST", n_train=n_train, n_test=n_test)}
+    files = {MARKER: json.dumps(dict(synthetic=True, dataset="FashionMNIST", n_train=n_train, n_test=n_test)).encode()}
     for prefix, n, seed in (("train", n_train, 1), ("t10k", n_test, 2)):
         x, y = class_images(n, 28, 28, 1, seed=seed)
         files[f"raw/{prefix}-images-idx3-ubyte"] = _idx(x[..., 0])
         files[f"raw/{prefix}-labels-idx1-ubyte"] = _idx(y.astype(np.uint8))
-    _write_folder(Path(root) / "FashionMNIST", files)
-    return Path(root) / "FashionMNIST"
+    return _write_folder(Path(root) / "FashionMNIST", files)
 
 
 # md5 of `write_cifar10`'s files at the default sizes. The reader checks batch files against
@@ -163,9 +156,8 @@ def write_cifar10(root: str | Path, n_train: int = 50000, n_test: int = 10000) -
     """Write `<root>/cifar-10-batches-py/` as torchvision's CIFAR10 reads it."""
     _check_cifar_sizes("write_cifar10", n_train, n_test)
     files = _cifar_files(n_train, n_test)
-    files[MARKER] = _marker(dataset="CIFAR10", n_train=n_train, n_test=n_test)
-    _write_folder(Path(root) / "cifar-10-batches-py", files)
-    return Path(root) / "cifar-10-batches-py"
+    files[MARKER] = json.dumps(dict(synthetic=True, dataset="CIFAR10", n_train=n_train, n_test=n_test)).encode()
+    return _write_folder(Path(root) / "cifar-10-batches-py", files)
 
 
 def write_image_folder(root: str | Path, images: np.ndarray, labels: np.ndarray,
@@ -195,5 +187,4 @@ def write_image_folder(root: str | Path, images: np.ndarray, labels: np.ndarray,
         Image.fromarray(img[..., 0] if img.shape[-1] == 1 else img).save(
             buf, format=fmt.upper(), **({"quality": quality} if fmt == "jpeg" else {"compress_level": 6}))
         files[f"{classes[int(lab)]}/{i:06d}.{'png' if fmt == 'png' else 'jpg'}"] = buf.getvalue()
-    _write_folder(Path(root), files, dirs=tuple(classes))  # every class folder, even an empty one
-    return Path(root)
+    return _write_folder(Path(root), files, dirs=tuple(classes))  # every class folder, even an empty one
