@@ -28,7 +28,7 @@ import nbformat
 import torch
 
 from helpers import devices, paths
-from helpers.suite import results, runner
+from helpers.suite import results, runner, runs
 
 NOTEBOOK = paths.ROOT / "notebooks" / "12_capstone.ipynb"
 PARAMETERS_MARK = "P = profiles.active()"  # the notebook's parameters cell
@@ -117,7 +117,7 @@ def save(recorded: dict, rows: list[dict], text: str, a: argparse.Namespace) -> 
     targets = [paths.results_dir()]
     if torch.cuda.is_available():
         name = devices.device_name(devices.try_gpu())
-        targets.append(Path(a.reference_dir) if a.reference_dir else paths.reference_run_dir(name))
+        targets.append(Path(a.reference_dir) if a.reference_dir else runs.reference_run_dir(name))
     for target in targets:
         rec = results.Recorder("bench_capstone", profile="bench", directory=target)
         rec.data["data_sources"] = recorded["data_sources"]

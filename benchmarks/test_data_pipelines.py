@@ -15,7 +15,7 @@ import torch
 from torch.nn import functional as F
 from torch.utils.data import DataLoader
 
-from helpers import data, device_augment, devices, pipelines, threads, timing
+from helpers import data, devices, pipelines, threads, timing
 
 N = 2048
 BATCH = 128
@@ -56,7 +56,7 @@ def _rates(device: torch.device) -> tuple[float, float, int]:
             del loader
         x, y = data.as_tensors(data.cifar10(train=True), limit=N)
         g = torch.Generator(device=device).manual_seed(0)
-        batches = device_augment.TensorBatches(x, y, BATCH, device=device,
+        batches = data.TensorBatches(x, y, BATCH, device=device,
                                                augment=lambda xb: _crop_flip_normalise(xb, g))
         m_c = timing.benchmark(lambda: _epoch(batches, device), repeats=9, warmup=2)
     best = max(rate_a, key=rate_a.get)

@@ -2,10 +2,10 @@
 (tests/test_helpers_map.py checks that it names every module, and nothing else):
 
 data
-  data            Fashion-MNIST and CIFAR-10 through torchvision; offline, a labelled stand-in
+  data            Fashion-MNIST and CIFAR-10 through torchvision (offline, a labelled stand-in);
+                  `TensorBatches`: batches of uint8 tensors held in memory or on the device
   synthetic       those stand-ins, written in the real data sets' on-disk formats
   pipelines       the CPU image pipeline (image files, decode, augment), what its workers cost; DALI
-  device_augment  `TensorBatches`: batches of uint8 tensors held in memory or on the device
   paths           where data sets and build output live on disk
 models
   models          d2l's ResNet-18 with eager layers, a small CNN; FLOPs per training sample
@@ -35,6 +35,7 @@ everywhere
 helpers.suite: the machinery that runs the notebooks and writes the report (a notebook only
 records into it: `from helpers.suite import results`)
   runner          `python -m helpers.suite`: every notebook headless, in order, then the report
+  runs            run folders (`build/runs/<time>/`, `build/latest`) and committed reference runs
   results         a notebook's measurements and claim verdicts, recorded as data
   claims          the claims, and the rule that turns measurements into each one's verdict
   catalog         notebooks/catalog.toml: the notebooks, their budgets, the claims each tests

@@ -1,12 +1,12 @@
-"""Fashion-MNIST and CIFAR-10 through torchvision, with an offline fallback.
+"""Fashion-MNIST and CIFAR-10 through torchvision, with an offline fallback; `TensorBatches`.
 
-`source="auto"` (the default) uses the real data set when its files are in `data/`, downloads
-it when the machine is online, and otherwise writes a synthetic stand-in in the real on-disk
-format under `data/synthetic/` and reads it with the same torchvision class. Whatever the
-source, `describe(ds)` says which, and `ds.synthetic` tells code.
+`source="auto"` uses the real files in `data/`, downloads them when online, else writes a
+synthetic stand-in in the real on-disk format under `data/synthetic/`, read by the same
+torchvision class. `describe(ds)` says which, `ds.synthetic` tells code. Offline is a 2 s
+connection attempt, or `FTG_OFFLINE=1`: a download never hangs.
 
-Offline is detected by a quick connection attempt (2 s at most) to the data set's mirror, or
-forced with `FTG_OFFLINE=1`; a download is never attempted when it would hang.
+`TensorBatches(x_uint8, y, 512, augment=to_unit_float, device="cuda")`: (X, y) batches of a
+data set held as uint8 tensors, where a DataLoader was (notebooks 03, 11, 12).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import math
 import os
 import socket
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -27,17 +27,17 @@ from torch.utils.data import Dataset
 
 from . import paths, synthetic
 from .checks import check_choice, check_int, check_seconds
+from .devices import as_device
 
 DATASETS = ("fashion-mnist", "cifar10")
 SOURCES = ("auto", "real", "synthetic")
-
-
-# The files torchvision reads, per data set (relative to the data set's folder).
-FILES = {
-    "fashion-mnist": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
-                      "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
-    "cifar10": (*(f"data_batch_{i}" for i in range(1, 6)), "test_batch", "batches.meta"),
-}
+_CLASS = {"fashion-mnist": torchvision.datasets.FashionMNIST, "cifar10": torchvision.datasets.CIFAR10}
+_URL = {"fashion-mnist": _CLASS["fashion-mnist"].mirrors[0], "cifar10": _CLASS["cifar10"].url}
+# Where torchvision reads each set's files; the synthetic marker lies in the first folder.
+_FOLDER = {"fashion-mnist": ("FashionMNIST", "raw"), "cifar10": ("cifar-10-batches-py",)}
+FILES = {"fashion-mnist": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                           "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
+         "cifar10": (*(f"data_batch_{i}" for i in range(1, 6)), "test_batch", "batches.meta")}
 
 
 def _check(name: str, source: str, train: object = True, transform: object = None,
@@ -54,8 +54,15 @@ def _check(name: str, source: str, train: object = True, transform: object = Non
 
 
 def _folder(name: str, root: Path) -> Path:
-    """The folder holding the data set's files, as torchvision lays them out."""
-    return root / "FashionMNIST" / "raw" if name == "fashion-mnist" else root / "cifar-10-batches-py"
+    return root.joinpath(*_FOLDER[name])
+
+
+def _is_synthetic(name: str, root: Path) -> bool:
+    return (root / _FOLDER[name][0] / synthetic.MARKER).exists()
+
+
+def _real_present(name: str, root: Path) -> bool:
+    return (_folder(name, root) / FILES[name][0]).exists() and not _is_synthetic(name, root)
 
 
 def _idx_problem(path: Path) -> str | None:
@@ -63,13 +70,10 @@ def _idx_problem(path: Path) -> str | None:
     size = path.stat().st_size
     with open(path, "rb") as f:
         head = f.read(16)
-    if len(head) < 4 or head[:2] != b"\0\0" or head[2] != 0x08 or not 1 <= head[3] <= 3:
-        return f"is not an IDX file ({size} bytes; it should start with 00 00 08 0N)"
-    nd = head[3]
-    if len(head) < 4 + 4 * nd:
-        return f"is truncated inside its header ({size} bytes)"
-    dims = struct.unpack(f">{nd}I", head[4:4 + 4 * nd])
-    expected = 4 + 4 * nd + math.prod(dims)
+    nd = head[3] if len(head) >= 4 else 0
+    if head[:3] != b"\0\0\x08" or not 1 <= nd <= 3 or len(head) < 4 + 4 * nd:
+        return f"is not an IDX file ({size} bytes; it should start with 00 00 08 0N and its sizes)"
+    expected = 4 + 4 * nd + math.prod(struct.unpack(f">{nd}I", head[4:4 + 4 * nd]))
     if size != expected:
         return (f"is truncated: {size} bytes, its header promises {expected}" if size < expected
                 else f"is {size - expected} bytes longer than its header promises")
@@ -78,32 +82,28 @@ def _idx_problem(path: Path) -> str | None:
 
 def diagnose(name: str, root: str | Path, *, synthetic_copy: bool = False) -> str | None:
     """The first file of data set `name` under `root` that is missing, empty, truncated or
-    corrupt, as 'PATH is ...'; None when every file looks whole. Reads whole files (md5), so
-    `load` calls it only after torchvision has refused the data set."""
+    corrupt, as 'PATH is ...'; None when all look whole. Reads whole files (md5), so `load`
+    calls it only after torchvision refused the data set."""
     _check(name, "auto", root=root)
     folder = _folder(name, Path(root))
     md5s: dict[str, str] = {}
-    if name == "cifar10":
-        if synthetic_copy:
-            manifest = folder / synthetic.MARKER
-            try:
-                md5s = _synthetic_cifar_md5(folder)
-            except (OSError, ValueError, KeyError, TypeError):
-                return f"{manifest} is missing or not the manifest the synthetic writer leaves"
-        else:
-            cls = torchvision.datasets.CIFAR10
-            md5s = {n: m for n, m in (*cls.train_list, *cls.test_list)} | {cls.meta["filename"]: cls.meta["md5"]}
-    for fname in FILES[name]:
-        path = folder / fname
+    if name == "cifar10" and synthetic_copy:
+        try:
+            md5s = _synthetic_cifar_md5(folder)
+        except (OSError, ValueError, KeyError, TypeError):
+            return f"{folder / synthetic.MARKER} is missing or not the manifest the synthetic writer leaves"
+    elif name == "cifar10":
+        cls = torchvision.datasets.CIFAR10
+        md5s = dict((*cls.train_list, *cls.test_list)) | {cls.meta["filename"]: cls.meta["md5"]}
+    for path in (folder / f for f in FILES[name]):
         if not path.is_file():
             return f"{path} is missing"
         if path.stat().st_size == 0:
             return f"{path} is empty (0 bytes)"
-        if name == "fashion-mnist":
-            problem = _idx_problem(path)
-            if problem:
-                return f"{path} {problem}"
-        elif fname in md5s and hashlib.md5(path.read_bytes()).hexdigest() != md5s[fname]:
+        problem = _idx_problem(path) if name == "fashion-mnist" else None
+        if problem:
+            return f"{path} {problem}"
+        if path.name in md5s and hashlib.md5(path.read_bytes()).hexdigest() != md5s[path.name]:
             return f"{path} is truncated or corrupt (its md5 checksum does not match)"
     return None
 
@@ -116,8 +116,8 @@ def _open(name: str, root: Path, make: Callable[[], Dataset], *, synthetic_copy:
         problem = diagnose(name, root, synthetic_copy=synthetic_copy)
         if problem is None:
             raise
-        fix = (f"delete {_folder(name, root).parent if name == 'fashion-mnist' else _folder(name, root)} "
-               "and the synthetic stand-in is written again on the next load" if synthetic_copy
+        fix = (f"delete {root / _FOLDER[name][0]} and the synthetic stand-in is written again on "
+               "the next load" if synthetic_copy
                else "copy the real file again (or delete it to download it when online)")
         raise RuntimeError(f"data set {name!r}: {problem}; {fix}.") from e
 
@@ -130,25 +130,23 @@ def online(url: str, timeout: float = 2.0) -> bool:
     if os.environ.get("FTG_OFFLINE", "") not in ("", "0"):
         return False
     parsed = urlparse(url)
-    port = parsed.port or (443 if parsed.scheme == "https" else 80)
     try:
-        with socket.create_connection((parsed.hostname, port), timeout=timeout):
+        with socket.create_connection((parsed.hostname, parsed.port or (443 if parsed.scheme == "https" else 80)),
+                                      timeout=timeout):
             return True
     except OSError:
         return False
 
 
 def _synthetic_cifar_md5(folder: Path) -> dict[str, str]:
-    """The checksums the stand-in's files must have, from the code (`synthetic.cifar10_checksums`):
-    the folder's manifest only says which sizes it holds. A batch file is a pickle, so a file
-    that does not match is never unpickled."""
+    """The stand-in's checksums from the code: a batch file is a pickle, so one that does not
+    match is never unpickled. The folder's manifest only says which sizes it holds."""
     manifest = json.loads((folder / synthetic.MARKER).read_text())
     return synthetic.cifar10_checksums(manifest["n_train"], manifest["n_test"])
 
 
 class _SyntheticCIFAR10(torchvision.datasets.CIFAR10):
-    """The real CIFAR10 reader (which checks every file's md5 before unpickling it), with the
-    checksums of the synthetic stand-in, which ship with this code."""
+    """The real CIFAR10 reader (it checks a file's md5 before unpickling it), the stand-in's md5s."""
 
     def __init__(self, root: str, **kwargs: object) -> None:
         md5 = _synthetic_cifar_md5(Path(root) / self.base_folder)
@@ -158,49 +156,28 @@ class _SyntheticCIFAR10(torchvision.datasets.CIFAR10):
         super().__init__(root, **kwargs)
 
 
-def _real_present(name: str, root: Path) -> bool:
-    if name == "fashion-mnist":
-        raw = root / "FashionMNIST" / "raw"
-        return (raw / "train-images-idx3-ubyte").exists() and not synthetic.is_synthetic(raw.parent)
-    folder = root / "cifar-10-batches-py"
-    return (folder / "test_batch").exists() and not synthetic.is_synthetic(folder)
-
-
-def _synthetic_present(name: str, root: Path) -> bool:
-    folder = root / ("FashionMNIST" if name == "fashion-mnist" else "cifar-10-batches-py")
-    return synthetic.is_synthetic(folder)
-
-
 def load(name: str, train: bool = True, *, transform: Callable | None = None,
          source: str = "auto", root: str | Path | None = None) -> Dataset:
     """The torchvision data set `name` ('fashion-mnist' or 'cifar10'); see the module doc."""
     _check(name, source, train, transform, root)
     root = Path(root) if root is not None else paths.data_dir()
-    cls = torchvision.datasets.FashionMNIST if name == "fashion-mnist" else torchvision.datasets.CIFAR10
-    if source != "synthetic":
-        have = _real_present(name, root)
-        if not have and online(cls.mirrors[0] if hasattr(cls, "mirrors") else cls.url):
-            ds = cls(str(root), train=train, transform=transform, download=True)
-            have = True
-        elif have:
-            ds = _open(name, root, lambda: cls(str(root), train=train, transform=transform,
-                                               download=False), synthetic_copy=False)
-        if have:
-            ds.synthetic = False
-            return ds
-        if source == "real":
-            missing = _folder(name, root) / FILES[name][0]
-            raise RuntimeError(
-                f"data set {name!r}: {missing} is missing (the real files are not in {root}) and "
-                "the download host is unreachable (offline?). Copy the files there, or use "
-                "source='auto' or 'synthetic'."
-            )
-    syn_root = root / "synthetic"
-    if not _synthetic_present(name, syn_root):
-        (synthetic.write_fashion_mnist if name == "fashion-mnist" else synthetic.write_cifar10)(syn_root)
-    syn_cls = torchvision.datasets.FashionMNIST if name == "fashion-mnist" else _SyntheticCIFAR10
-    ds = _open(name, syn_root, lambda: syn_cls(str(syn_root), train=train, transform=transform,
-                                               download=False), synthetic_copy=True)
+    cls, kw = _CLASS[name], dict(train=train, transform=transform)
+    have = source != "synthetic" and _real_present(name, root)
+    if have or (source != "synthetic" and online(_URL[name])):
+        ds = (_open(name, root, lambda: cls(str(root), download=False, **kw), synthetic_copy=False)
+              if have else cls(str(root), download=True, **kw))
+        ds.synthetic = False
+        return ds
+    if source == "real":
+        raise RuntimeError(
+            f"data set {name!r}: {_folder(name, root) / FILES[name][0]} is missing (the real files "
+            f"are not in {root}) and the download host is unreachable (offline?). Copy the files "
+            "there, or use source='auto' or 'synthetic'.")
+    syn = root / "synthetic"
+    if not _is_synthetic(name, syn):
+        (synthetic.write_fashion_mnist if name == "fashion-mnist" else synthetic.write_cifar10)(syn)
+    syn_cls = cls if name == "fashion-mnist" else _SyntheticCIFAR10
+    ds = _open(name, syn, lambda: syn_cls(str(syn), download=False, **kw), synthetic_copy=True)
     ds.synthetic = True
     return ds
 
@@ -214,18 +191,15 @@ def cifar10(train: bool = True, **kwargs: object) -> Dataset:
 
 
 def describe(ds: Dataset) -> str:
-    """'Fashion-MNIST train, 60000 images (SYNTHETIC stand-in: ...)' for notebook output."""
+    """'FashionMNIST train, 60000 images - SYNTHETIC DATA (...)', for notebook output."""
     if not isinstance(ds, Dataset) or not hasattr(ds, "__len__"):
         raise TypeError(f"describe: ds must be a data set from helpers.data.load(), got {type(ds).__name__}")
-    kind = type(ds).__mro__[0].__name__.lstrip("_").replace("Synthetic", "")
-    split = "train" if getattr(ds, "train", True) else "test"
-    text = f"{kind} {split}, {len(ds)} images"
+    kind = type(ds).__name__.lstrip("_").replace("Synthetic", "")
+    text = f"{kind} {'train' if getattr(ds, 'train', True) else 'test'}, {len(ds)} images"
     if getattr(ds, "synthetic", False):
-        text += (" - SYNTHETIC DATA (offline stand-in in the real file format; "
-                 "accuracies are not comparable to the real data set)")
-    else:
-        text += " - real data"
-    return text
+        return text + (" - SYNTHETIC DATA (offline stand-in in the real file format; "
+                       "accuracies are not comparable to the real data set)")
+    return text + " - real data"
 
 
 def as_tensors(ds: Dataset, limit: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -233,13 +207,80 @@ def as_tensors(ds: Dataset, limit: int | None = None) -> tuple[torch.Tensor, tor
     if not (hasattr(ds, "data") and hasattr(ds, "targets")):
         raise TypeError("as_tensors: ds must be a data set from helpers.data.load() (a torchvision "
                         f"FashionMNIST or CIFAR10 with .data and .targets), got {type(ds).__name__}")
-    data = ds.data
-    x = torch.as_tensor(data)
-    if x.ndim == 3:  # Fashion-MNIST: (N, H, W)
-        x = x.unsqueeze(1)
-    else:  # CIFAR-10: (N, H, W, C) numpy
-        x = x.permute(0, 3, 1, 2)
+    x = torch.as_tensor(ds.data)
+    x = x.unsqueeze(1) if x.ndim == 3 else x.permute(0, 3, 1, 2)  # Fashion-MNIST (N, H, W), CIFAR (N, H, W, C)
     y = torch.as_tensor(ds.targets, dtype=torch.int64)
     if check_int("limit", limit, where="as_tensors", allow_none=True) is not None:
         x, y = x[:limit], y[:limit]
     return x.contiguous(), y
+
+
+# ----------------------------------------------------------------------------- TensorBatches
+
+def to_unit_float(x: torch.Tensor) -> torch.Tensor:
+    """uint8 -> float32 in [0, 1]: exactly `ToTensor()`'s values, in one batch op."""
+    return x.float().div_(255)
+
+
+class TensorBatches:
+    """Re-iterable (X, y) batches from uint8 tensors: each `iter()` is one epoch, shuffled from
+    `seed + epoch number` where the data lives. `mode="device"` moves the data set to `device`
+    once (a batch is one gather there); `mode="memory"` keeps it in host memory and copies each
+    uint8 batch (4x fewer bytes than float32) to `device`, where `augment` converts it.
+
+    `staging` (memory mode; default on CUDA) gathers each batch into one of two reusable pinned
+    buffers, so `non_blocking=True` really is asynchronous (`x[sel]` is pageable memory, which
+    CUDA copies synchronously). A buffer is reused once an event says its copy finished.
+    """
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, batch_size: int, *,
+                 augment: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                 device: str | torch.device | None = None, mode: str = "device",
+                 shuffle: bool = True, seed: int = 0, drop_last: bool = False,
+                 staging: bool | None = None) -> None:
+        if not isinstance(x, torch.Tensor) or x.dtype != torch.uint8 or x.ndim != 4:
+            got = f"{x.dtype} tensor of shape {tuple(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"TensorBatches: x must be a uint8 tensor of shape (N, C, H, W), got {got}")
+        if not isinstance(y, torch.Tensor) or len(y) != len(x):
+            raise ValueError(f"TensorBatches: y must be a tensor with one label per image ({len(x)}), "
+                             f"got {len(y) if isinstance(y, torch.Tensor) else type(y).__name__}")
+        self.batch_size = check_int("batch_size", batch_size, where="TensorBatches")
+        self.mode = check_choice("mode", mode, ("device", "memory"), where="TensorBatches")
+        self.device = as_device(device, "TensorBatches: device")
+        self.x, self.y = (x.to(self.device), y.to(self.device)) if mode == "device" else (x, y)
+        self.augment, self.shuffle, self.seed, self.epoch = augment, shuffle, seed, 0
+        self.drop_last = drop_last and len(x) >= batch_size  # never an epoch of no batches
+        staging = self.device.type == "cuda" if staging is None else bool(staging)
+        pin = self.device.type == "cuda" and torch.cuda.is_available()
+        # two [x buffer, y buffer, event of the copy that last read them]
+        self._bufs = [[torch.empty((batch_size, *t.shape[1:]), dtype=t.dtype, pin_memory=pin)
+                       for t in (x, y)] + [None] for _ in range(2)] if mode == "memory" and staging else []
+
+    def __len__(self) -> int:
+        n = len(self.x)
+        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        n, where = len(self.x), self.x.device
+        g = torch.Generator(device=where).manual_seed(self.seed + self.epoch)
+        order = torch.randperm(n, device=where, generator=g) if self.shuffle else torch.arange(n, device=where)
+        self.epoch += 1
+        return self._batches(order[:len(self) * self.batch_size])
+
+    def _batches(self, order: torch.Tensor) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for i, sel in enumerate(order.split(self.batch_size)):
+            if not self._bufs:  # device mode: a gather there; memory mode: a plain copy
+                xb, yb = (t[sel].to(self.device, non_blocking=True) for t in (self.x, self.y))
+            else:
+                buf = self._bufs[i % 2]
+                if buf[2] is not None:
+                    buf[2].synchronize()  # the copy that last read this buffer has finished
+                xs, ys = buf[0][:len(sel)], buf[1][:len(sel)]
+                torch.index_select(self.x, 0, sel, out=xs)
+                torch.index_select(self.y, 0, sel, out=ys)
+                # copy=True: on a CPU `.to` would hand out the buffer, overwritten two batches on
+                xb, yb = (t.to(self.device, non_blocking=True, copy=True) for t in (xs, ys))
+                if self.device.type == "cuda":
+                    buf[2] = torch.cuda.Event()
+                    buf[2].record()  # on the current stream, after both copies
+            yield (self.augment(xb) if self.augment is not None else xb), yb

@@ -1,11 +1,7 @@
-"""Synthetic stand-ins for the real data sets, written in the real on-disk formats.
-
-Used only when the real data cannot be downloaded (offline machines, CI). The files are read
-by the real torchvision classes, so the loading code the notebooks teach is the real one.
-
-The images are learnable but not trivial: each class has a random low-frequency prototype;
-every sample is its prototype shifted by a few pixels, rescaled in contrast, with pixel noise,
-and a small fraction of labels are flipped, so no model can reach 100 % accuracy.
+"""Stand-ins for the real data sets where they cannot be downloaded (offline, CI), in the real
+on-disk formats, so the real torchvision classes read them. Learnable but not trivial: a sample
+is its class's random low-frequency prototype, shifted a few pixels, rescaled in contrast, with
+pixel noise; a few labels are flipped, so no model reaches 100 %.
 """
 
 from __future__ import annotations
@@ -22,12 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .checks import check_int
+from .checks import check_choice, check_int
 
-FASHION_CLASSES = ["t-shirt", "trouser", "pullover", "dress", "coat",
-                   "sandal", "shirt", "sneaker", "bag", "ankle boot"]
-CIFAR_CLASSES = ["airplane", "automobile", "bird", "cat", "deer",
-                 "dog", "frog", "horse", "ship", "truck"]
+CIFAR_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 MARKER = "SYNTHETIC.json"
 
 
@@ -41,10 +34,10 @@ def class_images(n: int, height: int, width: int, channels: int = 1, *, num_clas
         raise ValueError(f"class_images: label_noise must be in [0, 1), got {label_noise!r}")
     if not isinstance(noise, (int, float)) or noise < 0:
         raise ValueError(f"class_images: noise must be a number >= 0 (pixel noise std), got {noise!r}")
-    proto_rng = np.random.default_rng(12345)  # same prototypes for train and test splits
-    lo_h, lo_w = -(-height // 4), -(-width // 4)
-    protos = proto_rng.random((num_classes, lo_h, lo_w, channels), dtype=np.float32)
-    protos = np.kron(protos, np.ones((1, 4, 4, 1), np.float32))[:, :height, :width, :]
+    # the same prototypes (seed 12345) for train and test splits; 4x4 blocks: low frequency
+    protos = np.random.default_rng(12345).random((num_classes, -(-height // 4), -(-width // 4), channels),
+                                                 dtype=np.float32)
+    protos = protos.repeat(4, axis=1).repeat(4, axis=2)[:, :height, :width, :]
     rng = np.random.default_rng(seed)
     labels = rng.integers(0, num_classes, n)
     images = np.empty((n, height, width, channels), np.uint8)
@@ -63,65 +56,55 @@ def class_images(n: int, height: int, width: int, channels: int = 1, *, num_clas
     return images, labels.astype(np.int64)
 
 
-def _idx_bytes(array: np.ndarray) -> bytes:
-    """IDX format (Fashion-MNIST's): magic 0x0000 08 <ndim>, big-endian int32 dims, uint8 data."""
-    header = struct.pack(">HBB", 0, 0x08, array.ndim) + struct.pack(f">{array.ndim}I", *array.shape)
-    return header + np.ascontiguousarray(array, dtype=np.uint8).tobytes()
-
-
-def _marker_bytes(**info: object) -> bytes:
-    return json.dumps({"synthetic": True, **info}, indent=1).encode()
-
-
-def _write_folder(target: Path, files: dict[str, bytes], dirs: tuple[str, ...] = ()) -> None:
-    """Write `files` (relative path -> bytes) as the folder `target`, atomically: into a
-    temporary folder beside it, renamed into place when complete. Two writers at once, or a
-    reader, never see half a folder or half a file: when `target` exists already (another
-    writer finished first, or an older copy), each file is renamed over its old copy, the
-    synthetic marker last."""
+def _write_folder(target: Path, files: dict[str, bytes], dirs: tuple[str, ...] = ()) -> Path:
+    """Write `files` (relative path -> bytes) and `dirs` as the folder `target`, so that no
+    reader or second writer ever sees half a folder or half a file: a temporary folder beside
+    it, renamed into place; when `target` exists already, each file renamed over its old copy,
+    the marker last."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    folders = {*dirs, *(str(Path(rel).parent) for rel in files)}
     try:
-        for d in dirs:
+        for d in folders:
             (tmp / d).mkdir(parents=True, exist_ok=True)
         for rel, data in files.items():
-            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
             (tmp / rel).write_bytes(data)
         try:
             os.rename(tmp, target)  # atomic; fails when target is a non-empty folder
-            return
+            return target
         except OSError:
             pass
-        for d in dirs:
+        for d in folders:
             (target / d).mkdir(parents=True, exist_ok=True)
         for rel in sorted(files, key=lambda r: Path(r).name == MARKER):
-            (target / rel).parent.mkdir(parents=True, exist_ok=True)
             os.replace(tmp / rel, target / rel)
+        return target
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _idx(array: np.ndarray) -> bytes:
+    """IDX (Fashion-MNIST's format): 00 00 08 <ndim>, big-endian int32 sizes, uint8 data."""
+    return (struct.pack(f">HBB{array.ndim}I", 0, 0x08, array.ndim, *array.shape)
+            + np.ascontiguousarray(array, dtype=np.uint8).tobytes())
+
+
 def write_fashion_mnist(root: str | Path, n_train: int = 60000, n_test: int = 10000) -> Path:
-    """Write `<root>/FashionMNIST/raw/*-ubyte` as torchvision's FashionMNIST expects them
-    (atomically: a folder appears complete or not at all)."""
+    """Write `<root>/FashionMNIST/raw/*-ubyte` as torchvision's FashionMNIST reads them."""
     check_int("n_train", n_train, where="write_fashion_mnist")
     check_int("n_test", n_test, where="write_fashion_mnist")
-    files = {}
+    files = {MARKER: json.dumps(dict(synthetic=True, dataset="FashionMNIST", n_train=n_train, n_test=n_test)).encode()}
     for prefix, n, seed in (("train", n_train, 1), ("t10k", n_test, 2)):
         x, y = class_images(n, 28, 28, 1, seed=seed)
-        files[f"raw/{prefix}-images-idx3-ubyte"] = _idx_bytes(x[..., 0])
-        files[f"raw/{prefix}-labels-idx1-ubyte"] = _idx_bytes(y.astype(np.uint8))
-    files[MARKER] = _marker_bytes(dataset="FashionMNIST", n_train=n_train, n_test=n_test,
-                                  classes=FASHION_CLASSES)
-    folder = Path(root) / "FashionMNIST"
-    _write_folder(folder, files)
-    return folder
+        files[f"raw/{prefix}-images-idx3-ubyte"] = _idx(x[..., 0])
+        files[f"raw/{prefix}-labels-idx1-ubyte"] = _idx(y.astype(np.uint8))
+    return _write_folder(Path(root) / "FashionMNIST", files)
 
 
-# md5 of the files `write_cifar10` writes at its default sizes. The reader checks the batch
-# files against checksums that come with this code, never with the data folder: a CIFAR batch
-# is a pickle, and unpickling a crafted file runs its code. (tests/test_data.py checks the table.)
+# md5 of `write_cifar10`'s files at the default sizes. The reader checks batch files against
+# checksums from this code, never from the data folder: a CIFAR batch is a pickle, and
+# unpickling a crafted file runs its code. (tests/test_data.py checks the table.)
 CIFAR_DEFAULT_MD5 = {
     "data_batch_1": "ffdf30c308ea875d5e25e578f7cad195",
     "data_batch_2": "2a0bba79e7fd4fe0577c70d1d06d0df7",
@@ -135,24 +118,18 @@ CIFAR_MAX = (50000, 10000)  # the real set's sizes; larger stand-ins are refused
 
 
 def _cifar_files(n_train: int, n_test: int) -> dict[str, bytes]:
-    """The stand-in's files, as bytes: 5 pickled training batches, a test batch, meta."""
-    files = {}
-
-    def dump(name: str, images: np.ndarray, labels: np.ndarray) -> None:
-        entry = {
-            "batch_label": f"synthetic {name}",
-            "labels": labels.tolist(),
-            # CIFAR-10 stores each image as 1024 red, 1024 green, then 1024 blue bytes.
-            "data": images.transpose(0, 3, 1, 2).reshape(len(images), -1),
-            "filenames": [f"synthetic_{name}_{i}.png" for i in range(len(images))],
-        }
-        files[name] = pickle.dumps(entry, protocol=2)
+    """The stand-in's files: 5 pickled training batches, a test batch, meta."""
+    def batch(name: str, images: np.ndarray, labels: np.ndarray) -> bytes:
+        # CIFAR-10 stores each image as 1024 red, 1024 green, then 1024 blue bytes
+        return pickle.dumps({"batch_label": f"synthetic {name}", "labels": labels.tolist(),
+                             "data": images.transpose(0, 3, 1, 2).reshape(len(images), -1),
+                             "filenames": [f"synthetic_{name}_{i}.png" for i in range(len(images))]},
+                            protocol=2)
 
     x, y = class_images(n_train, 32, 32, 3, seed=3)
-    for i, part in enumerate(np.array_split(np.arange(n_train), 5), start=1):
-        dump(f"data_batch_{i}", x[part], y[part])
-    xt, yt = class_images(n_test, 32, 32, 3, seed=4)
-    dump("test_batch", xt, yt)
+    files = {f"data_batch_{i}": batch(f"data_batch_{i}", x[part], y[part])
+             for i, part in enumerate(np.array_split(np.arange(n_train), 5), start=1)}
+    files["test_batch"] = batch("test_batch", *class_images(n_test, 32, 32, 3, seed=4))
     files["batches.meta"] = pickle.dumps({"label_names": CIFAR_CLASSES, "num_cases_per_batch": n_train // 5,
                                           "num_vis": 3072}, protocol=2)
     return files
@@ -167,63 +144,47 @@ def _check_cifar_sizes(where: str, n_train: object, n_test: object) -> None:
 
 
 def cifar10_checksums(n_train: int = 50000, n_test: int = 10000) -> dict[str, str]:
-    """md5 of each file the CIFAR-10 stand-in of these sizes consists of, from this code alone:
-    the table above for the default sizes, else the files regenerated in memory."""
+    """md5 of each file of the CIFAR-10 stand-in of these sizes, from this code alone: the
+    table for the default sizes, else the files regenerated in memory."""
     _check_cifar_sizes("cifar10_checksums", n_train, n_test)
-    if (n_train, n_test) == CIFAR_MAX and CIFAR_DEFAULT_MD5:
+    if (n_train, n_test) == CIFAR_MAX:
         return dict(CIFAR_DEFAULT_MD5)
     return {name: hashlib.md5(b).hexdigest() for name, b in _cifar_files(n_train, n_test).items()}
 
 
 def write_cifar10(root: str | Path, n_train: int = 50000, n_test: int = 10000) -> Path:
-    """Write `<root>/cifar-10-batches-py/` (5 pickled training batches, a test batch, meta),
-    atomically: the folder appears complete or not at all."""
+    """Write `<root>/cifar-10-batches-py/` as torchvision's CIFAR10 reads it."""
     _check_cifar_sizes("write_cifar10", n_train, n_test)
     files = _cifar_files(n_train, n_test)
-    md5 = {name: hashlib.md5(b).hexdigest() for name, b in files.items()}
-    files[MARKER] = _marker_bytes(dataset="CIFAR10", n_train=n_train, n_test=n_test, md5=md5,
-                                  classes=CIFAR_CLASSES)
-    folder = Path(root) / "cifar-10-batches-py"
-    _write_folder(folder, files)
-    return folder
+    files[MARKER] = json.dumps(dict(synthetic=True, dataset="CIFAR10", n_train=n_train, n_test=n_test)).encode()
+    return _write_folder(Path(root) / "cifar-10-batches-py", files)
 
 
 def write_image_folder(root: str | Path, images: np.ndarray, labels: np.ndarray,
                        classes: list[str], fmt: str = "png", quality: int = 90) -> Path:
-    """Write images as `<root>/<class>/<i>.<fmt>` files (torchvision's ImageFolder layout),
-    atomically: the folder appears complete or not at all."""
+    """Write images as `<root>/<class>/<i>.<fmt>` (torchvision's ImageFolder layout), the
+    folder complete or not at all."""
     from PIL import Image
 
-    if fmt not in ("png", "jpeg"):
-        raise ValueError(f"write_image_folder: fmt must be 'png' or 'jpeg', got {fmt!r}")
+    where = "write_image_folder"
+    check_choice("fmt", fmt, ("png", "jpeg"), where=where)
     images, labels = np.asarray(images), np.asarray(labels)
     if images.dtype != np.uint8 or images.ndim != 4 or images.shape[-1] not in (1, 3):
-        raise ValueError("write_image_folder: images must be uint8 of shape (N, H, W, 1 or 3), got "
+        raise ValueError(f"{where}: images must be uint8 of shape (N, H, W, 1 or 3), got "
                          f"{images.dtype} {images.shape}")
     if labels.shape != (len(images),):
-        raise ValueError(f"write_image_folder: labels must hold one label per image ({len(images)}), "
-                         f"got shape {labels.shape}")
+        raise ValueError(f"{where}: labels must hold one label per image ({len(images)}), got shape {labels.shape}")
     if isinstance(classes, str) or not classes:
-        raise ValueError(f"write_image_folder: classes must be a non-empty list of names, got {classes!r}")
+        raise ValueError(f"{where}: classes must be a non-empty list of names, got {classes!r}")
     if len(labels) and (labels.min() < 0 or labels.max() >= len(classes)):
-        raise ValueError(f"write_image_folder: labels must be in 0..{len(classes) - 1} (one per class "
-                         f"name), got {labels.min()}..{labels.max()}")
+        raise ValueError(f"{where}: labels must be in 0..{len(classes) - 1} (one per class name), "
+                         f"got {labels.min()}..{labels.max()}")
     if fmt == "jpeg" and (not isinstance(quality, int) or not 1 <= quality <= 95):
-        raise ValueError(f"write_image_folder: quality must be an int in 1..95, got {quality!r}")
-    root = Path(root)
-    ext = "png" if fmt == "png" else "jpg"
+        raise ValueError(f"{where}: quality must be an int in 1..95, got {quality!r}")
     files = {}
     for i, (img, lab) in enumerate(zip(images, labels, strict=True)):
-        pil = Image.fromarray(img[..., 0] if img.shape[-1] == 1 else img)
-        kwargs = {"quality": quality} if fmt == "jpeg" else {"compress_level": 6}
         buf = io.BytesIO()
-        pil.save(buf, format=fmt.upper(), **kwargs)
-        files[f"{classes[int(lab)]}/{i:06d}.{ext}"] = buf.getvalue()
-    _write_folder(root, files, dirs=tuple(classes))  # every class folder, even an empty one
-    return root
-
-
-def is_synthetic(folder: str | Path) -> bool:
-    if not isinstance(folder, (str, Path)):
-        raise TypeError(f"is_synthetic: folder must be a path (str or Path), got {type(folder).__name__}")
-    return (Path(folder) / MARKER).exists()
+        Image.fromarray(img[..., 0] if img.shape[-1] == 1 else img).save(
+            buf, format=fmt.upper(), **({"quality": quality} if fmt == "jpeg" else {"compress_level": 6}))
+        files[f"{classes[int(lab)]}/{i:06d}.{'png' if fmt == 'png' else 'jpg'}"] = buf.getvalue()
+    return _write_folder(Path(root), files, dirs=tuple(classes))  # every class folder, even an empty one

@@ -215,10 +215,9 @@ salvage() {
 import json, os, shutil, tempfile
 from pathlib import Path
 
-from helpers import paths
-from helpers.suite import runner
+from helpers.suite import runner, runs
 
-run = paths.latest_run()  # the suite's run folder: build/runs/<time>/
+run = runs.latest_run()  # the suite's run folder: build/runs/<time>/
 log = json.loads((run / "run.json").read_text())["notebooks"]
 ok = [n for n, r in log.items() if r["status"] == "ok" and (run / "results" / f"{n}.json").is_file()]
 failed = [n for n, r in log.items() if r["status"] != "ok"]

@@ -39,7 +39,6 @@ from torchvision import transforms
 from helpers import (
     capstone,
     data,
-    device_augment,
     devices,
     diagnose,
     launch,
@@ -53,7 +52,7 @@ from helpers import (
     timing,
     training,
 )
-from helpers.suite import catalog, report, results, runner
+from helpers.suite import catalog, report, results, runner, runs
 from tests.interrupt import interruptible
 
 
@@ -226,13 +225,12 @@ CASES = [
     case(synthetic.write_fashion_mnist, ValueError, r"n_train " + POSITIVE + r", got 0", "unused", n_train=0),
     case(synthetic.write_cifar10, ValueError, r"n_test " + POSITIVE + r", got -5", "unused", n_test=-5),
     case(synthetic.write_cifar10, ValueError, r"n_train must be an int >= 5, got 3", "unused", n_train=3),
-    case(synthetic.write_image_folder, ValueError, r"fmt must be 'png' or 'jpeg', got 'gif'", "unused", UINT8_1, np.array([0]), ["a"], fmt="gif"),
+    case(synthetic.write_image_folder, ValueError, r"write_image_folder: fmt must be one of 'png', 'jpeg', got 'gif'", "unused", UINT8_1, np.array([0]), ["a"], fmt="gif"),
     case(synthetic.write_image_folder, ValueError, r"labels must be in 0..0 .* got 3..3", "unused", UINT8_1, np.array([3]), ["a"]),
     case(synthetic.write_image_folder, ValueError, r"labels must hold one label per image \(2\)", "unused", np.zeros((2, 4, 4, 1), np.uint8), np.array([0]), ["a"]),
     case(synthetic.write_image_folder, ValueError, r"images must be uint8 of shape \(N, H, W, 1 or 3\), got float32", "unused", UINT8_1.astype(np.float32), np.array([0]), ["a"]),
     case(synthetic.write_image_folder, ValueError, r"classes must be a non-empty list of names", "unused", UINT8_1, np.array([0]), []),
     case(synthetic.write_image_folder, ValueError, r"quality must be an int in 1..95, got 0", "unused", UINT8_1, np.array([0]), ["a"], fmt="jpeg", quality=0),
-    case(synthetic.is_synthetic, TypeError, r"folder must be a path \(str or Path\), got int", 5),
     # --- profiles --------------------------------------------------------------------------
     case(profiles.active, ValueError, r"profile \(or \$FTG_PROFILE\) must be one of 'smoke', 'full', 'auto', got 'fast'", "fast"),
     case(profiles.active, TypeError, r"profile must be a string, one of smoke, full, auto; got 5", 5),
@@ -296,12 +294,12 @@ CASES = [
     case(pipelines.cifar_train_transform, ValueError, r"crop must be an int >= 1, got 0", crop=0),
     case(pipelines.tensor_train_transform, ValueError, r"crop must be an int >= 1, got 0", crop=0),
     case(pipelines.tensor_train_transform, ValueError, r"pad must be an int >= 0, got -1", pad=-1),
-    # --- device_augment, pipelines' worker memory, models.small_cnn ------------------------------------------
-    case(device_augment.TensorBatches, ValueError, r"TensorBatches: batch_size must be an int >= 1, got 0", X4, Y4, 0, device="cpu"),
-    case(device_augment.TensorBatches, ValueError, r"TensorBatches: x must be a uint8 tensor of shape \(N, C, H, W\)", X4.float(), Y4, 2),
-    case(device_augment.TensorBatches, ValueError, r"TensorBatches: y must be a tensor with one label per image \(4\)", X4, Y4[:1], 2),
-    case(device_augment.TensorBatches, ValueError, r"TensorBatches: mode must be one of 'device', 'memory', got 'disk'", X4, Y4, 2, mode="disk", device="cpu"),
-    case(device_augment.TensorBatches, ValueError, r"TensorBatches: device must be .*got 'tpu'", X4, Y4, 2, device="tpu"),
+    # --- data.TensorBatches, pipelines' worker memory, models.small_cnn ------------------------------------------
+    case(data.TensorBatches, ValueError, r"TensorBatches: batch_size must be an int >= 1, got 0", X4, Y4, 0, device="cpu"),
+    case(data.TensorBatches, ValueError, r"TensorBatches: x must be a uint8 tensor of shape \(N, C, H, W\)", X4.float(), Y4, 2),
+    case(data.TensorBatches, ValueError, r"TensorBatches: y must be a tensor with one label per image \(4\)", X4, Y4[:1], 2),
+    case(data.TensorBatches, ValueError, r"TensorBatches: mode must be one of 'device', 'memory', got 'disk'", X4, Y4, 2, mode="disk", device="cpu"),
+    case(data.TensorBatches, ValueError, r"TensorBatches: device must be .*got 'tpu'", X4, Y4, 2, device="tpu"),
     case(pipelines.WorkerMemorySampler, ValueError, r"WorkerMemorySampler: interval must be a positive finite number of seconds, got 0", interval=0),
     case(models.small_cnn, ValueError, r"small_cnn: width must be an int >= 1, got 0", width=0),
     # --- training, memory, launch (notebooks 04-12) --------------------------------------------
@@ -357,7 +355,8 @@ def test_the_sweep_covers_every_public_helper():
                     "devices.hardware_summary", "results.load_all", "report.to_markdown",
                     "report.measurements_frame",
                     "report.to_html", "timing.Measurement", "models.F", "models.nn",
-                    "plotting.plt", "data.Dataset", "data.urlparse", "catalog.main"}
+                    "plotting.plt", "data.Dataset", "data.urlparse", "catalog.main",
+                    "data.to_unit_float"}  # a batch function: TensorBatches checks the batches
     covered = {f"{c.fn.__module__.split('.')[-1]}.{c.fn.__qualname__.split('.')[0]}"
                for c in CASES if hasattr(c.fn, "__module__")}
     covered |= {"results.Recorder", "plotting.LivePlot", "timing.Measurement"}
@@ -684,4 +683,4 @@ def test_a_full_run_without_a_gpu_asks_first(capsys, monkeypatch):
     err = capsys.readouterr()
     assert "Profile: full (asked for with --profile" in err.out
     assert "this takes hours" in err.err and "--yes (make run PROFILE=full CONFIRM=1)" in err.err
-    assert not paths.runs_dir().exists(), "the run started anyway"
+    assert not runs.runs_dir().exists(), "the run started anyway"

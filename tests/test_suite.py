@@ -1,7 +1,7 @@
 import nbformat
 import pytest
 
-from helpers.suite import runner
+from helpers.suite import runner, runs
 
 
 def test_execute_writes_an_executed_copy_and_leaves_the_source(tmp_path):
@@ -56,11 +56,9 @@ def test_save_reference_refuses_an_empty_run(tmp_path):
 
 
 def test_reference_run_dir_rejects_a_blank_device_name():
-    from helpers import paths
-
     with pytest.raises(ValueError, match="device_name"):
-        paths.reference_run_dir("  ")
-    assert paths.reference_run_dir("AMD EPYC", date="2026-01-02").name == "2026-01-02_AMD-EPYC"
+        runs.reference_run_dir("  ")
+    assert runs.reference_run_dir("AMD EPYC", date="2026-01-02").name == "2026-01-02_AMD-EPYC"
 
 
 def test_executed_copies_carry_the_plots_even_from_a_shell_with_agg(tmp_path, monkeypatch):

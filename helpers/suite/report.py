@@ -21,7 +21,7 @@ import jinja2
 import pandas as pd
 
 from .. import paths
-from . import catalog
+from . import catalog, runs
 from .claims import CLAIMS, RULES, VERDICT_KINDS, kind_of
 from .results import load_all
 
@@ -194,7 +194,7 @@ def write(build_dir: Path | None = None, out_dir: Path | None = None) -> Path:
     """Write `report.md` and `report.html` of a run folder (`results/`, `run.json`, executed
     `notebooks/`, rendered to HTML once; default: the newest run, else the build folder) into
     `out_dir` (default: that folder), links relative to it. Return the HTML path."""
-    build_dir = Path(build_dir or paths.latest_run() or paths.build_dir())
+    build_dir = Path(build_dir or runs.latest_run() or paths.build_dir())
     if not build_dir.is_dir():
         raise FileNotFoundError(f"report.write: build_dir {build_dir} does not exist; run the notebooks "
                                 "first (make run), or pass the folder that holds results/")

@@ -29,10 +29,10 @@ from tqdm.auto import tqdm
 
 from .. import paths, processes, profiles
 from ..checks import check_int
-from . import report
+from . import report, runs
 
 NOTEBOOKS = paths.ROOT / "notebooks"
-save_reference = paths.save_reference  # `--save-reference`, and tests
+save_reference = runs.save_reference  # `--save-reference`, and tests
 _stopped_by: list[int] = []  # the signal that asked the run to stop (empty while it goes on)
 
 
@@ -178,10 +178,10 @@ def main(argv: list[str] | None = None) -> int:
     # Inline, whatever the caller set (a shell with MPLBACKEND=Agg would leave the copies without plots).
     os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
     os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # keep the profiler's C++ logging out of the progress
-    run = paths.new_run_dir()
+    run = runs.new_run_dir()
     os.environ["FTG_RESULTS_DIR"] = str(run / "results")  # the kernels record into this run's folder
     (run / "notebooks").mkdir(parents=True, exist_ok=True)
-    paths.point_latest(run)
+    runs.point_latest(run)
     print(f"Running {len(nbs)} notebooks; this run's folder: {run}")
     log: dict[str, Any] = {"profile": profile, "profile_reason": why, "run": run.name,
                            "started": time.strftime("%Y-%m-%d %H:%M:%S"), "state": "running", "notebooks": {}}

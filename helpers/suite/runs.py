@@ -1,0 +1,80 @@
+"""Run folders: `<build>/runs/<time>/` per run of the suite, `<build>/latest` pointing at the
+newest, and the committed reference runs under `results/reference/`."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+from .. import paths
+
+
+def runs_dir() -> Path:
+    """`<build>/runs/`: a folder per `make run`, so runs never overwrite each other."""
+    return paths.build_dir() / "runs"
+
+
+def new_run_dir(keep: int = 20) -> Path:
+    """A new `<build>/runs/<date>_<time>[_N]/` (two runs in the same second get two). Finished
+    runs beyond the newest `keep` are removed, never one still running (its `run.json`)."""
+    root = runs_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    for old in sorted(d for d in root.iterdir() if d.is_dir())[:-keep]:
+        try:
+            if json.loads((old / "run.json").read_text()).get("state") in ("finished", "interrupted"):
+                shutil.rmtree(old, ignore_errors=True)
+        except (OSError, ValueError):
+            pass
+    stamp = time.strftime("%Y-%m-%d_%H%M%S")
+    for n in range(1000):
+        d = root / (stamp if n == 0 else f"{stamp}_{n}")
+        try:
+            d.mkdir()
+            return d
+        except FileExistsError:
+            continue
+    raise RuntimeError(f"new_run_dir: could not create a run folder under {root}")
+
+
+def latest_run() -> Path | None:
+    """The run folder `<build>/latest` points to (the last `make run` started), or None."""
+    link = paths.build_dir() / "latest"
+    return link.resolve() if link.is_symlink() and link.resolve().is_dir() else None
+
+
+def point_latest(run: Path) -> None:
+    """Point `<build>/latest` at `run`, atomically (a new link renamed over the old one)."""
+    link = paths.build_dir() / "latest"
+    tmp = link.with_name(f".latest.{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(os.path.relpath(run, link.parent))
+    tmp.replace(link)
+
+
+def reference_run_dir(device_name: str, date: str | None = None) -> Path:
+    """`results/reference/<date>_<device>/`: where one machine's committed run goes."""
+    if not isinstance(device_name, str) or not device_name.strip():
+        raise ValueError(f"reference_run_dir: device_name must be a non-empty string, got {device_name!r}")
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", device_name).strip("-")
+    return paths.reference_results_dir() / f"{date or time.strftime('%Y-%m-%d')}_{slug}"
+
+
+def save_reference(results: Path, target: Path | None = None) -> Path:
+    """Copy a run's result files (JSON) to a reference folder, named after the run's first GPU
+    (else the CPU) unless `target` is given. The report shows a reference run's figures and
+    verdicts, not its plots, so the plots stay behind."""
+    files = sorted(Path(results).glob("*.json"))
+    if not files:
+        raise FileNotFoundError(f"save_reference: no result files in {results}; run the notebooks first")
+    if target is None:
+        hw = json.loads(files[0].read_text()).get("hardware", {})
+        gpus = hw.get("gpus") or []
+        target = reference_run_dir(gpus[0]["name"] if gpus else hw.get("cpu") or "cpu")
+    target.mkdir(parents=True, exist_ok=True)
+    for f in files:
+        shutil.copy2(f, target / f.name)
+    return target
