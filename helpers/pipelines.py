@@ -4,7 +4,7 @@
 What a DataLoader worker runs (data set, transforms) lives here, in an importable module: a
 `spawn` worker (macOS, Windows) re-imports what it runs and cannot import a notebook cell.
 `WorkerMemorySampler` measures what the workers take, `live_workers()` lists those alive.
-`dali_batches()`: NVIDIA DALI decodes and augments on the GPU, where `nvidia-dali` is installed.
+`dali_batches()`: NVIDIA DALI augments on the GPU, where `nvidia-dali` is installed.
 """
 
 from __future__ import annotations
@@ -239,7 +239,7 @@ def dali_batches(root: str | Path, *, batch_size: int, pad: int = 4, crop: int =
                  seed: int = 0, num_threads: int = 2, device_id: int = 0,
                  epochs: int = 1) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """`epochs` epochs of (X float32 (B, 3, crop, crop) on the GPU, y int64) from an image
-    folder: GPU decode, zero pad by `pad`, random crop, random flip, normalise."""
+    folder: decode ("mixed": nvJPEG on the GPU for JPEG; PNG is decoded on the CPU), zero pad by `pad`, random crop, random flip, normalise."""
     from nvidia.dali import fn, pipeline_def, types
     from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
