@@ -1,10 +1,9 @@
 """Start N ranks of a notebook's script on this machine, stream their output, always end them.
 
-`run(script, args, nprocs=2)` starts `python script args` N times with torchrun's variables (RANK,
-WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE) and INIT_METHOD=file://<a new folder>/rendezvous: no
-rendezvous server listens anywhere (a TCPStore listens on every interface, whatever host it is
-given), and gloo/NCCL bind to loopback. Added: a deadline, the output streamed by rank, the tree
-ended on failure, deadline, Ctrl-C or (Linux: PR_SET_PDEATHSIG) a dead kernel.
+`run(script, args, nprocs=2)` starts `python script args` N times with torchrun's variables and
+INIT_METHOD=file://<a new folder>/rendezvous: no rendezvous server listens (a TCPStore listens on
+every interface, whatever host it is given); gloo/NCCL bind to loopback. The whole tree ends on
+a failure, the deadline, Ctrl-C or (Linux: PR_SET_PDEATHSIG) a dead kernel.
 """
 
 from __future__ import annotations
@@ -86,8 +85,8 @@ def run(script: str | Path, args: list[Any] | tuple[Any, ...] = (), *, nprocs: i
     script = Path(script).resolve()
     if not script.is_file():
         raise FileNotFoundError(f"run: script {str(script)!r} is not a file")
-    for name, value in (("nprocs", nprocs), ("threads", threads)):
-        check_int(name, value, 1, where="run")
+    check_int("nprocs", nprocs, 1, where="run")
+    check_int("threads", threads, 1, where="run")
     check_seconds("timeout", timeout, where="run")
     folder = Path(tempfile.mkdtemp(prefix=f"{script.stem}_{nprocs}ranks_", dir=script.parent))
     init = (folder / "rendezvous").as_uri()  # a new file for every launch
