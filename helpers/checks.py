@@ -1,7 +1,5 @@
-"""Argument checks with one wording, so every bad input names its parameter the same way:
-`<where>: <name> must be <what>, got <value>` (`where`: the function or class, when given).
-Bools are refused where a number is asked for: `True` is an int to Python, never to a learner.
-"""
+"""Argument checks with one wording: `<where>: <name> must be <what>, got <value>` (`where`: the
+function or class). Bools are no numbers here: `True` is an int to Python, never to a learner."""
 
 from __future__ import annotations
 

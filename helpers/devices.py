@@ -44,14 +44,12 @@ def _gpu(kind: str, i: int) -> torch.device:
 def try_gpu(i: int = 0) -> torch.device:
     """GPU `i` if it exists (`cuda:i`, `mps` or `xpu:i`), else the CPU (as d2l's)."""
     check_int("i", i, 0, where="try_gpu")
-    kind = accelerator()
-    return _gpu(kind, i) if kind and num_gpus() > i else cpu()
+    return _gpu(accelerator(), i) if num_gpus() > i else cpu()
 
 
 def try_all_gpus() -> list[torch.device]:
     """All GPUs, else `[cpu]` (d2l 1.0.3 returns `[]`, which `devices[0]` fails on)."""
-    kind = accelerator()
-    return [_gpu(kind, i) for i in range(num_gpus())] or [cpu()]
+    return [_gpu(accelerator(), i) for i in range(num_gpus())] or [cpu()]
 
 
 def _parse(device: str | torch.device, param: str = "device") -> torch.device:
@@ -82,8 +80,7 @@ def as_device(device: str | torch.device | None, param: str = "device") -> torch
 
 
 def synchronize(device: str | torch.device | None = None) -> None:
-    """Wait for the work queued on `device`; None: on *every* GPU, as `Timer` promises (a split
-    model or DataParallel spans several)."""
+    """Wait for `device`'s queued work; None: *every* GPU's (a split model spans several)."""
     if isinstance(device, torch.device) and device.type == "cpu":
         return  # a CPU loop's hot path: the CPU runs eagerly
     dev = None if device is None else as_device(device)
@@ -94,7 +91,6 @@ def synchronize(device: str | torch.device | None = None) -> None:
 
 
 # --------------------------------------------------------------------------- memory counters
-
 def has_peak_memory_counter(device: str | torch.device) -> bool:
     """CUDA and XPU count peak allocation; MPS and the CPU do not (callers count, and say so)."""
     return _parse(device).type in ("cuda", "xpu")
@@ -136,7 +132,6 @@ def empty_cache(device: str | torch.device | None = None) -> None:
 
 # ------------------------------------------------------------------- what a device can do
 # `capability` (major, minor) asks about a CUDA GPU that is not here: tests, or planning a run.
-
 def pin_memory_useful(device: str | torch.device | None = None) -> bool:
     """Pinned host memory speeds copies to CUDA (and XPU); an Apple GPU shares the host's memory."""
     return (accelerator() if device is None else _parse(device).type) in ("cuda", "xpu")
@@ -171,8 +166,7 @@ def bf16_native(device: str | torch.device = "cpu", capability: tuple[int, int] 
     dev = _parse(device)
     if dev.type != "cuda":
         return bf16_supported(dev)
-    cap = _capability(dev, capability)
-    return cap is not None and cap >= (8, 0)
+    return (_capability(dev, capability) or (0, 0)) >= (8, 0)  # (0, 0): no CUDA GPU
 
 
 def compile_supported(device: str | torch.device = "cpu", capability: tuple[int, int] | None = None) -> bool:
@@ -180,16 +174,14 @@ def compile_supported(device: str | torch.device = "cpu", capability: tuple[int,
     from 7.0 (Triton's minimum). MPS: False, as the suite has not run its Metal code."""
     dev = _parse(device)
     if dev.type == "cuda":
-        cap = _capability(dev, capability)
-        return cap is not None and cap >= (7, 0)
+        return (_capability(dev, capability) or (0, 0)) >= (7, 0)
     return dev.type in ("cpu", "xpu")
 
 
 def torch_built_for(device: str | torch.device = "cuda", capability: tuple[int, int] | None = None,
                     arch_list: list[str] | None = None) -> tuple[bool, str]:
-    """Whether this torch ships kernels `device` can run, and why. Machine code (`sm_XY`) runs on
-    the same major version and an equal or higher minor; PTX (`compute_XY`) on any GPU at least
-    that new. A V100 (sm_70) with a build from sm_75 on gets "no kernel image is available"."""
+    """Whether this torch has kernels `device` runs, and why (else: "no kernel image is available").
+    `sm_XY` code runs on major X, minor >= Y; PTX (`compute_XY`) on any GPU at least that new."""
     dev = _parse(device)
     if dev.type != "cuda":
         return True, f"{dev.type}: no CUDA architecture to match"
@@ -211,8 +203,6 @@ def torch_built_for(device: str | torch.device = "cuda", capability: tuple[int, 
     return False, (f"this torch ships kernels for {', '.join(archs)}, none of which runs on this "
                    f"sm_{cap[0]}{cap[1]} GPU: install a torch built for it (an older CUDA build)")
 
-
-# --------------------------------------------------------------------------- the machine
 
 def _cpuinfo(field: str) -> str:
     """A field of /proc/cpuinfo ('' without one: macOS, Windows)."""
@@ -271,14 +261,12 @@ def describe_hardware(summary: dict[str, Any] | None = None) -> str:
     build = f"CUDA build {s['cuda_version']}" if s["cuda_version"] else "no CUDA in this build"
     lines = [f"CPU   : {s['cpu']} ({s['cpu_cores_usable']} usable cores, {s['cpu_cores_logical']} logical)",
              f"RAM   : {s['ram_gib']} GiB",
-             f"bf16  : CPU advertises bf16 instructions = {s['cpu_bf16_instructions']} "
-             "(whether that makes training faster is measured, not assumed: notebook 07)",
+             f"bf16  : CPU advertises bf16 instructions = {s['cpu_bf16_instructions']} (faster? notebook 07 measures)",
              f"torch : {s['torch']} ({build}), {s['torch_threads']} intra-op threads"]
     for g in s["gpus"]:
-        memory = (f"unified memory shared with the CPU ({g['memory_gib']} GiB usable by the GPU)"
-                  if g.get("unified_memory") else f"{g['memory_gib']} GiB")
+        shared = " of unified memory, shared with the CPU" if g.get("unified_memory") else ""
         cap = f", compute capability {g['capability']}" if g.get("capability") else ""
-        lines.append(f"GPU {g['index']} : {g['name']}, {memory}{cap}, bf16={g['bf16']}")
+        lines.append(f"GPU {g['index']} : {g['name']}, {g['memory_gib']} GiB{shared}{cap}, bf16={g['bf16']}")
     if not s["gpus"]:
         lines.append("GPU   : none found - every experiment runs on the CPU and says so")
     text = "\n".join(lines)
@@ -287,15 +275,13 @@ def describe_hardware(summary: dict[str, Any] | None = None) -> str:
 
 
 # --------------------------------------------------------------------------- the CPU's threads
-# A tiny matrix product split over threads costs more in hand-offs than it saves, and on shared
-# cores a thread waiting at a barrier for a descheduled partner slows small-tensor loops many
-# times: untimed lessons use `cpu_threads(1)`; throughput keeps the default.
 DEFAULT_THREADS = torch.get_num_threads()  # at import, before a notebook (re-run) changes it
 
 
 @contextlib.contextmanager
 def cpu_threads(n: int) -> Iterator[int]:
-    """`torch.set_num_threads(n)` inside the block, the previous count again after it."""
+    """`torch.set_num_threads(n)` inside the block, the previous count after it. Untimed lessons
+    use 1: tiny ops split over threads cost more in hand-offs (and waits at barriers) than they save."""
     check_int("n", n, 1, where="cpu_threads")
     before = torch.get_num_threads()
     torch.set_num_threads(n)

@@ -17,9 +17,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 _Fn = TypeVar("_Fn", bound=Callable[..., Any])
 
-# Held from IPython's pre_execute to its post_execute by the thread that runs a cell or handles a
-# widget message (the `comm` package fires both around each message, in whichever thread handles
-# it). Re-entrant: interact() calls the callback inside the cell that creates the controls.
+# Held from pre_execute to post_execute by the thread running a cell or a widget message (`comm`
+# fires both around each). Re-entrant: interact() calls the callback in the cell that makes it.
 _TURN = threading.RLock()
 _held = threading.local()  # .on: this thread's pre_execute took _TURN
 
@@ -37,13 +36,10 @@ def _give_turn(*_: object) -> None:  # registered after matplotlib's flush: figu
 
 
 def one_at_a_time(fn: _Fn) -> _Fn:
-    """Run `fn`, an ipywidgets callback, only while no cell and no other widget message runs.
-
-    JupyterLab 4.6 with ipykernel 7 handles widget messages in a kernel *subshell*: from a
-    control's second change on, its callback runs in a thread of its own beside the running cell.
-    Both would measure on shared cores, change `torch.set_num_threads` under each other and show
-    or close each other's pyplot figures; ipywidgets has no switch for it.
-    """
+    """Run `fn`, an ipywidgets callback, only while no cell and no other widget message runs:
+    JupyterLab 4.6 with ipykernel 7 runs a control's callback in a kernel *subshell* thread beside
+    the running cell, where both would measure on shared cores, change `torch.set_num_threads`
+    under each other and close each other's pyplot figures (ipywidgets has no switch for it)."""
     if not callable(fn):
         raise TypeError(f"one_at_a_time: fn must be a function (the explore callback), "
                         f"got {type(fn).__name__} {fn!r}")
@@ -83,8 +79,7 @@ def bar_compare(labels: Sequence[str], values: Sequence[float], *, unit: str, hi
     for bar, r in zip(bars, ratios, strict=True):
         ax.annotate(f"{r:.2f}x", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                     ha="center", va="bottom", fontsize=9, xytext=(0, 2), textcoords="offset points")
-    tilt = len(values) > 3
-    ax.set_xticks(range(len(values)), labels, rotation=20 if tilt else 0, ha="right" if tilt else "center")
+    ax.set_xticks(range(len(values)), labels, rotation=20 if len(values) > 3 else 0, ha="right" if len(values) > 3 else "center")
     ax.set_ylabel(f"{unit} ({'higher' if higher_is_better else 'lower'} is better)")
     ax.set_title(title or f"ratio to '{labels[0]}' on each bar")
     ax.margins(y=0.15)
@@ -94,9 +89,8 @@ def bar_compare(labels: Sequence[str], values: Sequence[float], *, unit: str, hi
 
 def waterfall(steps: Sequence[tuple[str, float]], *, unit: str = "s / epoch", title: str = "",
               kept: Sequence[bool] | None = None) -> plt.Figure:
-    """Stacked speed-ups: the first bar is the reference; each later one floats from the last
-    *kept* step's value to its own, labelled with its speed-up over the reference. A step not
-    kept (slower, dropped) is red; the next starts again from the last kept value, its base."""
+    """Stacked speed-ups over the first bar: each later bar floats from the last *kept* step's
+    value to its own; a step not kept (slower, dropped: red) leaves the next on the same base."""
     if not steps:
         raise ValueError("waterfall: give at least one (label, value) step")
     for i, s in enumerate(steps):

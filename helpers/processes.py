@@ -1,8 +1,6 @@
-"""Process lifetimes that neither `subprocess` nor `torch.distributed` offers: children that die
-with their parent (a rank whose kernel died would go on training), and ending a whole tree (a
-worker's children would outlive it). Linux signals an orphan (`prctl(PR_SET_PDEATHSIG)`);
-elsewhere the launcher and the suite end the tree themselves (`end_tree`).
-"""
+"""What neither `subprocess` nor `torch.distributed` offers: children that die with their parent
+(Linux: `prctl(PR_SET_PDEATHSIG)`), so a rank whose kernel died stops training; and ending a whole
+tree (`end_tree`), so a worker's children do not outlive it."""
 
 from __future__ import annotations
 
@@ -39,8 +37,7 @@ def parent_death_hook(sig: int = signal.SIGTERM) -> Callable[[], None] | None:
 
 
 def become_subreaper() -> bool:
-    """Linux: orphaned descendants (a rank whose kernel died) are re-parented to this process
-    instead of init, so `end_tree` still finds them. False where unsupported."""
+    """Linux: orphaned descendants are re-parented here, not to init, so `end_tree` finds them."""
     return _PRCTL is not None and _PRCTL(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
 
 
