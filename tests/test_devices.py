@@ -7,6 +7,7 @@ import types
 
 import pytest
 import torch
+import torch._dynamo  # noqa: F401 - imported before the fakes: its import reads what they replace
 
 from helpers import devices, memory, profiles
 
