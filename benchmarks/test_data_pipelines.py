@@ -15,7 +15,7 @@ import torch
 from torch.nn import functional as F
 from torch.utils.data import DataLoader
 
-from helpers import data, devices, pipelines, threads, timing
+from helpers import data, devices, pipelines, timing
 
 N = 2048
 BATCH = 128
@@ -47,7 +47,7 @@ def _rates(device: torch.device) -> tuple[float, float, int]:
     ds = pipelines.image_folder(root, transform=pipelines.cifar_train_transform())
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     rate_a = {}
-    with threads.cpu_threads(1):  # input work runs on one thread, as in DataLoader workers
+    with devices.cpu_threads(1):  # input work runs on one thread, as in DataLoader workers
         for k in sorted({0, cores} | {2**i for i in range(8) if 2**i <= cores}):
             loader = DataLoader(ds, batch_size=BATCH, shuffle=True, num_workers=k,
                                 prefetch_factor=2 if k else None)

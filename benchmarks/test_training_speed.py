@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from helpers import models, timing
-from helpers.threads import cpu_threads
+from helpers.devices import cpu_threads
 
 pytestmark = pytest.mark.benchmark
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

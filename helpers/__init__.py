@@ -17,15 +17,15 @@ training
   capstone        notebook 12's plumbing: data, model, recipes, timing a bar, the waterfall
 timing
   timing          `Timer` and `benchmark`: warm-up, repeats, median, device synchronised
-  threads         PyTorch's CPU threads, set from one place
   profiles        the smoke and full sizes of every notebook
   diagnose        is the loop waiting for data? (the one input-bound rule); `StepWindow`:
                   torch.profiler over a window of a running loop's steps
 plotting
-  plotting        a live training plot, bars labelled with ratios, a waterfall, one_at_a_time
+  plotting        bars labelled with ratios, a waterfall, one_at_a_time for explore callbacks
 devices
   devices         whichever accelerator there is (CUDA, MPS, XPU, else the CPU): sync, memory,
-                  what it can do (bf16 in hardware, torch.compile, kernels in this torch build)
+                  what it can do (bf16 in hardware, torch.compile, kernels in this torch build);
+                  the CPU's threads (`cpu_threads`, `share`), set from one place
 distributed
   launch          N ranks of a notebook's script, meeting through a file; always cleaned up
   processes       children that die with their parent; ending a whole process tree

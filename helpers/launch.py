@@ -1,11 +1,8 @@
 """Start N ranks of a notebook's script on this machine, stream their output, always end them.
 
-`run(script, args, nprocs=2)` starts `python script args` N times with torchrun's variables (RANK,
-WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE) and INIT_METHOD=file://<a new folder>/rendezvous: no
-rendezvous server listens anywhere (a TCPStore listens on every interface, whatever host it is
-given), and gloo/NCCL bind to loopback. Added: a deadline, the output streamed by rank, the tree
-ended on failure, deadline, Ctrl-C or (Linux: PR_SET_PDEATHSIG) a dead kernel.
-"""
+With torchrun's variables and INIT_METHOD=file://<a new folder>/rendezvous: no rendezvous server
+listens (a TCPStore listens on every interface, whatever host it is given); gloo/NCCL bind to
+loopback. The whole tree ends on a failure, the deadline, Ctrl-C or (Linux) a dead kernel."""
 
 from __future__ import annotations
 
@@ -70,15 +67,6 @@ def run_folder(name: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"{name}_", dir=root))
 
 
-def rank_env(rank: int, world: int, init_method: str, threads: int) -> dict[str, str]:
-    """What a rank's process gets: torchrun's variables, the file rendezvous, loopback only."""
-    lo = next((name for name, addrs in psutil.net_if_addrs().items()  # lo on Linux, lo0 on macOS
-               if any(a.address == "127.0.0.1" for a in addrs)), "lo")
-    return {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
-            "LOCAL_WORLD_SIZE": str(world), "INIT_METHOD": init_method, "PYTHONUNBUFFERED": "1",
-            "OMP_NUM_THREADS": str(threads), "GLOO_SOCKET_IFNAME": lo, "NCCL_SOCKET_IFNAME": lo}
-
-
 def run(script: str | Path, args: list[Any] | tuple[Any, ...] = (), *, nprocs: int = 2,
         threads: int = 1, timeout: float = 300, stream: bool = True) -> RunResult:
     """Run `python script *args` in `nprocs` ranks, working in a new folder beside the script;
@@ -86,16 +74,20 @@ def run(script: str | Path, args: list[Any] | tuple[Any, ...] = (), *, nprocs: i
     script = Path(script).resolve()
     if not script.is_file():
         raise FileNotFoundError(f"run: script {str(script)!r} is not a file")
-    for name, value in (("nprocs", nprocs), ("threads", threads)):
-        check_int(name, value, 1, where="run")
+    check_int("nprocs", nprocs, 1, where="run")
+    check_int("threads", threads, 1, where="run")
     check_seconds("timeout", timeout, where="run")
     folder = Path(tempfile.mkdtemp(prefix=f"{script.stem}_{nprocs}ranks_", dir=script.parent))
-    init = (folder / "rendezvous").as_uri()  # a new file for every launch
+    lo = next((name for name, addrs in psutil.net_if_addrs().items()  # lo on Linux, lo0 on macOS
+               if any(a.address == "127.0.0.1" for a in addrs)), "lo")
+    env = {**os.environ, "WORLD_SIZE": str(nprocs), "LOCAL_WORLD_SIZE": str(nprocs), "PYTHONUNBUFFERED": "1",
+           "INIT_METHOD": (folder / "rendezvous").as_uri(),  # a new file for every launch
+           "OMP_NUM_THREADS": str(threads), "GLOO_SOCKET_IFNAME": lo, "NCCL_SOCKET_IFNAME": lo}
     q, procs, t0, outputs = queue.Queue(), [], time.monotonic(), {r: [] for r in range(nprocs)}
     try:
         for r in range(nprocs):
             p = subprocess.Popen([sys.executable, str(script), *map(str, args)],
-                                 env=rank_env(r, nprocs, init, threads), cwd=folder,
+                                 env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}, cwd=folder,
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                  start_new_session=True, preexec_fn=processes.parent_death_hook())
             procs.append(p)
@@ -127,12 +119,10 @@ def _watch(q: queue.Queue, outputs: dict[int, list[str]], nprocs: int, deadline:
     """Show lines until every rank ended well (None, None), one failed (rank, when) or time is
     up (None, now). The first rank to exit with an error is the cause: the others fail after it."""
     done = 0
-    while done < nprocs:
+    while done < nprocs and time.monotonic() < deadline:
         try:
-            rank, line, end = q.get(timeout=max(0.0, min(0.1, deadline - time.monotonic())))
+            rank, line, end = q.get(timeout=0.1)  # short: the deadline and Ctrl-C are seen soon
         except queue.Empty:
-            if time.monotonic() >= deadline:
-                return None, time.monotonic()
             continue
         if line is not None:
             outputs[rank].append(line)
@@ -142,7 +132,7 @@ def _watch(q: queue.Queue, outputs: dict[int, list[str]], nprocs: int, deadline:
             return rank, end[1]
         else:
             done += 1
-    return None, None
+    return None, None if done == nprocs else time.monotonic()
 
 
 def _traceback(lines: list[str]) -> str:  # torch prefixes a rank's traceback: "[rank<r>]: "

@@ -1,13 +1,10 @@
-"""Process lifetimes: children that die with their parent, and ending a whole tree of processes.
-
-Neither `subprocess` nor `torch.distributed` offers these: a rank whose launching kernel died
-would otherwise go on training, and a worker's own children would outlive it. On Linux the
-kernel signals a child when its parent dies (`prctl(PR_SET_PDEATHSIG)`); elsewhere the launcher
-and the suite end the tree themselves (`end_tree`).
-"""
+"""What neither `subprocess` nor `torch.distributed` offers: children that die with their parent
+(Linux: `prctl(PR_SET_PDEATHSIG)`), so a rank whose kernel died stops training; and ending a whole
+tree (`end_tree`), so a worker's children do not outlive it."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import os
@@ -17,20 +14,11 @@ from collections.abc import Callable, Iterable
 
 import psutil
 
-PR_SET_PDEATHSIG = 1
-PR_SET_CHILD_SUBREAPER = 36
-
-
-def _prctl() -> Callable[..., int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-
-_PRCTL = _prctl()  # looked up once, so the pre-exec hook below only makes the call
+PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
+_PRCTL = None  # looked up once, so the pre-exec hook below only makes the call
+if sys.platform.startswith("linux"):
+    with contextlib.suppress(OSError, AttributeError):
+        _PRCTL = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).prctl
 
 
 def parent_death_hook(sig: int = signal.SIGTERM) -> Callable[[], None] | None:
@@ -49,8 +37,7 @@ def parent_death_hook(sig: int = signal.SIGTERM) -> Callable[[], None] | None:
 
 
 def become_subreaper() -> bool:
-    """Linux: orphaned descendants (a rank whose kernel died) are re-parented to this process
-    instead of init, so `end_tree` still finds them. False where unsupported."""
+    """Linux: orphaned descendants are re-parented here, not to init, so `end_tree` finds them."""
     return _PRCTL is not None and _PRCTL(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
 
 
@@ -59,23 +46,16 @@ def end_tree(roots: Iterable[int] | None = None, grace: float = 3.0) -> list[int
     this process, not itself), SIGKILL to what is left after `grace` s; returns their pids.
     psutil, not `os.killpg`: a rank may start a session of its own, and Windows has neither."""
     procs: list[psutil.Process] = []
-    for pid in ([os.getpid()] if roots is None else roots):
-        try:
+    for pid in [os.getpid()] if roots is None else roots:
+        with contextlib.suppress(psutil.Error):
             root = psutil.Process(pid)
             procs += ([] if roots is None else [root]) + root.children(recursive=True)
-        except psutil.Error:
-            continue
     for p in procs:
-        try:
+        with contextlib.suppress(psutil.Error):
             p.terminate()
-        except psutil.Error:
-            pass
     _, alive = psutil.wait_procs(procs, timeout=grace)
     for p in alive:
-        try:
+        with contextlib.suppress(psutil.Error):
             p.kill()
-        except psutil.Error:
-            pass
     psutil.wait_procs(alive, timeout=5)
     return [p.pid for p in procs]
-

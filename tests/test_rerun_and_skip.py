@@ -12,7 +12,7 @@ For every notebook, with nbclient (smoke profile):
 A static check reads each section's code: a section imports every module it uses that the
 setup does not (a name imported only in another section is a NameError once that one is skipped).
 Interrupting the kernel in a training cell and running the cell again works, and gives the
-thread count back (`helpers.threads.cpu_threads` restores it).
+thread count back (`helpers.devices.cpu_threads` restores it).
 """
 
 from __future__ import annotations

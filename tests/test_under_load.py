@@ -5,7 +5,7 @@ Beside one busy program a notebook may lose that program's core, no more: on the
 that is at most 2x for work that used both cores, and the limit below leaves room for noise.
 Many more threads than free cores is what turns such a loss into a collapse (a thread waiting
 at every barrier for a partner that is not running); the suite's thread rule
-(`threads.share`) keeps the notebooks out of it. Cells that oversubscribe *on purpose*, to show
+(`devices.share`) keeps the notebooks out of it. Cells that oversubscribe *on purpose*, to show
 that collapse, carry the cell tag `oversubscribes` and are left out of the comparison.
 """
 
