@@ -220,6 +220,7 @@ def _tar_names(out: Path) -> list[str]:
         return sorted(t.getnames())
 
 
+@pytest.mark.learner  # whole suite runs through the offline-node script: with the hosted-style runs
 def test_run_script_saves_salvages_and_packs_without_a_gpu(tmp_path):
     """Call 1: 97 passes, 98 fails, so the suite saves nothing and the script keeps 97's results;
     call 2 (another glob): 96 is saved by the suite into the same folder. Each call packs only

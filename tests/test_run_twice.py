@@ -34,6 +34,7 @@ def _signature(results_file: Path) -> tuple:
             sorted(r["data_sources"]))
 
 
+@pytest.mark.learner  # a whole notebook run twice: `make test-learner` (01), `make test-twice` (all)
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_second_run_gives_the_same_results(name, tmp_path, monkeypatch):
     if not ALL and not name.startswith("01_"):
