@@ -51,7 +51,7 @@ from helpers import (
     timing,
     training,
 )
-from helpers.suite import catalog, report, results, runner, runs
+from helpers.suite import catalog, report, results, runner
 from tests.interrupt import interruptible
 
 
@@ -248,6 +248,7 @@ CASES = [
     # --- report ----------------------------------------------------------------------------
     case(report.build, TypeError, r"results must be a list of result dicts, as results.load_all\(\) returns", 5),
     case(report.build, TypeError, r"results must be a list of result dicts", [{"no": "notebook"}]),
+    case(report.render, ValueError, r"report.render: fmt must be one of 'md', 'html', got 'pdf'", {}, fmt="pdf"),
     case(report.render_notebooks, FileNotFoundError, r"notebooks_dir .*nope is not a folder of executed notebooks", "/nonexistent/nope"),
     case(report.write, FileNotFoundError, r"build_dir .*does-not-exist does not exist; run the notebooks first", "/nonexistent/does-not-exist"),
     # --- diagnose: data wait ---------------------------------------------------------------------
@@ -339,9 +340,8 @@ def test_the_sweep_covers_every_public_helper():
             diagnose, runner, catalog)
     # Functions with no argument that can be wrong, or whose inputs are checked elsewhere.
     no_bad_input = {"devices.cpu", "devices.num_gpus", "devices.accelerator", "devices.try_all_gpus",
-                    "devices.hardware_summary", "devices.usable_cores", "results.load_all", "report.to_markdown",
-                    "report.measurements_frame",
-                    "report.to_html", "timing.Measurement", "models.F", "models.nn",
+                    "devices.hardware_summary", "devices.usable_cores", "results.load_all", "report.measurements_frame",
+                    "timing.Measurement", "models.F", "models.nn",
                     "plotting.plt", "data.Dataset", "data.urlparse", "catalog.main",
                     "data.to_unit_float"}  # a batch function: TensorBatches checks the batches
     covered = {f"{c.fn.__module__.split('.')[-1]}.{c.fn.__qualname__.split('.')[0]}"
@@ -670,4 +670,4 @@ def test_a_full_run_without_a_gpu_asks_first(capsys, monkeypatch):
     err = capsys.readouterr()
     assert "Profile: full (asked for with --profile" in err.out
     assert "this takes hours" in err.err and "--yes (make run PROFILE=full CONFIRM=1)" in err.err
-    assert not runs.runs_dir().exists(), "the run started anyway"
+    assert not (paths.build_dir() / "runs").exists(), "the run started anyway"

@@ -117,6 +117,6 @@ def test_report_shows_reference_runs(tmp_path):
     here = Recorder("01_test", profile="smoke", directory=tmp_path / "here")
     here.measure("samples/s, in memory", 1000, "samples/s")
     rep = report.build(load_all(tmp_path / "here"), references=[("h100-2026", load_all(ref_dir))])
-    md = report.to_markdown(rep, tmp_path)
+    md = report.render(rep, tmp_path)
     assert "99,999 samples/s (h100-2026)" in md
     assert "50x on GPU" in md and "reference (h100-2026)" in md

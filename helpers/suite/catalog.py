@@ -1,8 +1,8 @@
 """The notebook catalog (`notebooks/catalog.toml`) as data: budgets, which notebooks test which
-claim (`claim_notebooks`), and the run-time table of `notebooks/README.md` generated from it
-(`templates/runtime_table.md`; a time not measured yet says so, never a guess).
+claim, and the run-time table of `notebooks/README.md` (`templates/runtime_table.md`; a time not
+measured yet says so, never a guess).
 
-    python -m helpers.suite.catalog          # rewrite the table in notebooks/README.md from the catalog
+    python -m helpers.suite.catalog          # rewrite the table in notebooks/README.md
 """
 
 from __future__ import annotations
@@ -34,15 +34,8 @@ def load(path: str | Path = CATALOG) -> list[dict[str, Any]]:
         if e.get("needs") not in NEEDS:
             raise ValueError(f"catalog: {e.get('file')!r} has needs={e.get('needs')!r}; "
                              f"allowed: {', '.join(NEEDS)}")
-        _check_claims(e)
+    claim_notebooks(entries)  # checks the claims named
     return entries
-
-
-def _check_claims(entry: dict[str, Any]) -> None:
-    unknown = [c for c in entry.get("claims", []) if c not in CLAIMS]
-    if unknown:
-        raise ValueError(f"catalog: {entry.get('file')!r} lists unknown claim(s) {unknown}; "
-                         f"valid ids are L1 ... L{len(CLAIMS)} (helpers.suite.claims)")
 
 
 def _check_entries(where: str, entries: object) -> None:
@@ -57,7 +50,9 @@ def claim_notebooks(entries: list[dict[str, Any]] | None = None) -> dict[str, li
     _check_entries("claim_notebooks", entries)
     by_claim: dict[str, list[str]] = {cid: [] for cid in CLAIMS}
     for e in entries:
-        _check_claims(e)
+        if unknown := [c for c in e.get("claims", []) if c not in CLAIMS]:
+            raise ValueError(f"catalog: {e.get('file')!r} lists unknown claim(s) {unknown}; "
+                             f"valid ids are L1 ... L{len(CLAIMS)} (helpers.suite.claims)")
         for cid in e.get("claims", []):
             by_claim[cid].append(e["file"][:2])
     return by_claim
@@ -73,20 +68,18 @@ def runtime_table(entries: list[dict[str, Any]]) -> str:
     """A Markdown table: notebook, what it shows, hardware, measured times, claims."""
     _check_entries("runtime_table", entries)
     table = jinja2.Environment(loader=jinja2.PackageLoader("helpers.suite", "templates"), trim_blocks=True)
-    table.filters["seconds"] = _seconds
-    return table.get_template("runtime_table.md").render(entries=entries).rstrip("\n")
+    return table.get_template("runtime_table.md").render(entries=entries, seconds=_seconds).rstrip("\n")
 
 
 def render_readme(text: str, entries: list[dict[str, Any]]) -> str:
     """`text` with the block between the BEGIN and END markers replaced by the current table."""
-    if BEGIN not in text or END not in text:
-        raise ValueError(f"render_readme: the README must hold the markers {BEGIN!r} and {END!r}")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{BEGIN}\n{runtime_table(entries)}\n{END}{tail}"
+    head, _, rest = text.partition(BEGIN)
+    if BEGIN not in text or END not in rest:
+        raise ValueError(f"render_readme: the README must hold the markers {BEGIN!r} and {END!r}, in that order")
+    return f"{head}{BEGIN}\n{runtime_table(entries)}\n{END}{rest.partition(END)[2]}"
 
 
-def main(argv: list[str] | None = None) -> int:
+def main() -> int:
     text = README.read_text()
     if (new := render_readme(text, load())) != text:
         README.write_text(new)
@@ -95,4 +88,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())

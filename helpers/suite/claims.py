@@ -1,9 +1,7 @@
-"""The claims ledger, and the one rule per claim that turns measurements into its verdict.
-
-Each `Rule` names the quantities it compares, its thresholds and their source (the article's own
-number, a physical fact, or a stated tolerance), and every verdict it can return (at least two:
-tests/test_claims.py feeds each rule both sides of its thresholds). Notebooks call `judge`
-(through `Recorder.judge`); the report shows the rule beside the verdict.
+"""The claims ledger, and the one rule per claim that turns measurements into its verdict: the
+quantities it compares, its thresholds and their source (the article's number, a physical fact or
+a stated tolerance), every verdict it can return (tests/test_claims.py reaches each). Notebooks
+call `judge` through `Recorder.judge`; the report shows the rule beside the verdict.
 
     verdict = judge("L3", mem_ratio=4.0, copy_gain=None)   # -> "needs a GPU"
 """
@@ -14,8 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-# The claims, by id. Which notebooks test each one is written once, in notebooks/catalog.toml
-# (each notebook's `claims`); `catalog.claim_notebooks()` reads it.
+# The claims by id; which notebooks test each is written once, in notebooks/catalog.toml.
 CLAIMS: dict[str, str] = {
     "L1": "More DataLoader workers make loading faster ('use 10 workers').",
     "L2": "Each worker holds whole batches, so N workers need about N x the batch RAM.",
@@ -69,18 +66,15 @@ RULES: dict[str, Rule] = {}
 
 
 def rule(claim: str, compares: str, threshold: str, verdicts: tuple[str, ...],
-         advice: bool = False) -> Callable[[Callable[..., str]], Callable[..., str]]:
-    def register(fn: Callable[..., str]) -> Callable[..., str]:
-        RULES[claim] = Rule(claim, compares, threshold, verdicts, fn, advice)
-        return fn
-    return register
+         advice: bool = False) -> Callable:
+    """Register the decorated function as `claim`'s `Rule.decide`."""
+    return lambda decide: RULES.setdefault(claim, Rule(claim, compares, threshold, verdicts, decide, advice))
 
 
 def judge(claim: str, **measured: Any) -> str:
     """The verdict on `claim` from the measured quantities its rule names."""
-    if claim not in RULES:
+    if (r := RULES.get(claim)) is None:
         raise ValueError(f"judge: unknown claim {claim!r}; valid ids are L1 ... L{len(CLAIMS)}")
-    r = RULES[claim]
     try:
         verdict = r.decide(**measured)
     except TypeError as e:

@@ -1,10 +1,8 @@
-"""Start JupyterLab on the notebooks the way `make lab` does (the browser test too):
+"""JupyterLab on the notebooks as `make lab` (and the browser test) starts it: loopback, its own
+token, no news or update pop-up (`jupyter_config/`), `--allow-root` only as root (containers), no
+matplotlib backend set (kernels draw inline).
 
     python -m helpers.suite.lab notebooks          # what `make lab` runs
-
-Loopback, JupyterLab's own token, no "news" or update pop-up (`jupyter_config/` on the Jupyter
-config path), `--allow-root` only as root (containers). No matplotlib backend is set: kernels
-draw inline.
 """
 
 from __future__ import annotations

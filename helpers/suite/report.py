@@ -1,9 +1,7 @@
-"""Turn recorded results into a report: `report.html` (self-contained, coloured) and `report.md`:
-the machine, verdict counts, the claims ledger (every notebook's verdict, disagreements flagged,
-the rule beside it), the capstone's waterfall, each notebook's measurements and its executed copy
-(nbconvert), beside reference results committed from GPU runs. `build` gathers the data (tests
-check it), `_view` lays it out for one folder, and two jinja2 templates in `templates/` render it.
-"""
+"""A run's report, `report.md` and a self-contained `report.html`: the machine, verdict counts,
+the claims ledger (each notebook's verdict beside the rule, disagreements flagged), the capstone's
+waterfall, each notebook's measurements and executed copy, beside the committed reference runs.
+`build` gathers the data (tests check it), `_view` lays it out, `templates/` renders it."""
 
 from __future__ import annotations
 
@@ -12,8 +10,9 @@ import html
 import json
 import os
 import re
-import sys
+import warnings
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ import jinja2
 import pandas as pd
 
 from .. import paths
+from ..checks import check_choice
 from . import catalog, runs
 from .claims import CLAIMS, RULES, VERDICT_KINDS, kind_of
 from .results import load_all
@@ -29,7 +29,6 @@ NOT_RUN = "no verdict recorded"
 DECIDED = ("holds", "holds only when", "does not hold here", "advice")
 COLOURS = {"holds": "#c8e6c9", "holds only when": "#fff3c4", "does not hold here": "#f8c8c8",  # by kind
            "advice": "#cfe3f7", NOT_RUN: "#eeeeee"}
-NEEDS_COLOUR = "#e4daf2"  # needs a GPU, the real data set, ...
 
 
 def _fmt(v: Any) -> str:
@@ -53,31 +52,21 @@ def build(results: list[dict[str, Any]], run_log: dict[str, Any] | None = None,
     if not isinstance(results, list) or not all(isinstance(r, dict) and "notebook" in r for r in results):
         raise TypeError("build: results must be a list of result dicts, as results.load_all() returns")
     problems = list(problems or [])
-    own_problems = list(problems)  # this machine's files (reference files are added below)
+    unreadable = {m[1] for m in (re.search(r"(\d\d)[^/]*\.json ", p) for p in problems) if m}
     if references is None:  # committed GPU results: one folder per run under results/reference/
-        root = paths.reference_results_dir()
-        references = [(d.name, load_all(d, problems=problems)) for d in sorted(root.iterdir()) if d.is_dir()] \
-            if root.is_dir() else []
-    ref_verdicts: dict[str, dict[str, Any]] = {}
-    for name, ref in references:
-        for v in (v for r in ref for v in r.get("verdicts", [])):
-            ref_verdicts.setdefault(v["claim"], {**v, "run": name})
-    unreadable = {m.group(1) for m in (re.search(r"(\d\d)[^/]*\.json ", p) for p in own_problems) if m}
-    ledger = []
-    # which notebooks should have judged each claim (none named where no catalog is at hand:
-    # a report of a few notebooks run outside the project's checkout)
+        references = [(d.name, load_all(d, problems=problems))
+                      for d in sorted(paths.reference_results_dir().glob("*/"))]
+    ref_verdicts = _first_in(references, "verdicts", lambda r, v: v["claim"])
+    # the notebooks meant to judge each claim (none without a catalog: notebooks run elsewhere)
     tested_in = catalog.claim_notebooks() if catalog.CATALOG.is_file() else {c: [] for c in CLAIMS}
+    ledger = []
     for cid, text in CLAIMS.items():
         entries = [{**v, "notebook": r["notebook"], "kind": kind_of(v["verdict"])}
                    for r in results for v in r.get("verdicts", []) if v.get("claim") == cid]
         recorded = {e["notebook"][:2] for e in entries}
-        for nb in tested_in[cid]:       # a notebook meant to test it that did not
-            if nb not in recorded:
-                entries.append({"notebook": f"notebook {nb}", "verdict": NOT_RUN, "kind": NOT_RUN,
-                                "figure": "", "detail": "", "synthetic_data": False})
-        for e in entries:  # its results file is there but unreadable: say so, not "not run"
-            if e["verdict"] == NOT_RUN and e["notebook"][-2:] in unreadable:
-                e["verdict"] = "results file unreadable"
+        entries += [{"notebook": f"notebook {nb}", "kind": NOT_RUN, "figure": "", "detail": "", "synthetic_data": False,
+                     "verdict": "results file unreadable" if nb in unreadable else NOT_RUN}
+                    for nb in tested_in[cid] if nb not in recorded]  # meant to judge it, did not
         decided = {e["kind"] for e in entries if e["kind"] in DECIDED}
         ledger.append({"claim": cid, "text": text, "notebooks": tested_in[cid], "entries": entries,
                        "disagree": len(decided) > 1, "rule": RULES[cid].threshold,
@@ -88,12 +77,13 @@ def build(results: list[dict[str, Any]], run_log: dict[str, Any] | None = None,
             "counts": {k: counts[k] for k in (*VERDICT_KINDS, NOT_RUN) if counts[k]}}
 
 
-def _ref_index(references: list[tuple[str, list[dict[str, Any]]]]) -> dict[tuple[str, str], tuple[str, dict]]:
-    idx: dict[tuple[str, str], tuple[str, dict]] = {}
+def _first_in(references: list[tuple[str, list[dict[str, Any]]]], field: str, key: Callable) -> dict:
+    """Per `key(result, entry)`, the first reference run's entry of `field`, with that run's name."""
+    first: dict[Any, dict[str, Any]] = {}
     for name, ref in references:
-        for nb, m in ((r["notebook"], m) for r in ref for m in r.get("measurements", [])):
-            idx.setdefault((nb, m["name"]), (name, m))
-    return idx
+        for result, x in ((r, x) for r in ref for x in r.get(field, [])):
+            first.setdefault(key(result, x), {**x, "run": name})
+    return first
 
 
 def measurements_frame(r: dict[str, Any], ref_idx: dict) -> pd.DataFrame:
@@ -102,9 +92,8 @@ def measurements_frame(r: dict[str, Any], ref_idx: dict) -> pd.DataFrame:
     for m in r.get("measurements", []):
         ref = ref_idx.get((r["notebook"], m["name"]))
         rows.append({"measurement": m["name"], "value": _fmt(m["value"]), "unit": m["unit"],
-                     "ratio": f"{m['ratio']:.2f}x" if m.get("ratio") is not None else "",
-                     "note": m.get("note", ""),
-                     "reference (GPU)": f"{_fmt(ref[1]['value'])} {ref[1]['unit']} ({ref[0]})" if ref else ""})
+                     "ratio": f"{m['ratio']:.2f}x" if m.get("ratio") is not None else "", "note": m.get("note", ""),
+                     "reference (GPU)": f"{_fmt(ref['value'])} {ref['unit']} ({ref['run']})" if ref else ""})
     df = pd.DataFrame(rows, columns=["measurement", "value", "unit", "ratio", "note", "reference (GPU)"])
     return df if ref_idx else df.drop(columns="reference (GPU)")
 
@@ -113,20 +102,19 @@ def _run_state(log: dict[str, Any]) -> dict[str, Any] | None:
     """Which run, and whether it is complete: a partial report never passes for a finished one."""
     nbs = log.get("notebooks", {})
     return {"run": "?", "started": "?", "profile": "?", "profile_reason": "", "stopped_by": "a signal",
-            "not_run": [], "ended": "?", **log,
-            "done": sum(r.get("status") != "running" for r in nbs.values()),
+            "not_run": [], "ended": "?", **log, "done": sum(r.get("status") != "running" for r in nbs.values()),
             "running": [n for n, r in nbs.items() if r.get("status") == "running"]} if log.get("state") else None
 
 
-def _view(rep: dict[str, Any], results_dir: Path, report_dir: Path | None = None,
-          notebooks_dir: Path | None = None) -> dict[str, Any]:
-    """`build`'s data laid out for a report written into `report_dir` (default: the folder above
-    `results_dir`): links and figure paths relative to it, measurements as pandas tables."""
+def _view(rep: dict[str, Any], results_dir: Path, report_dir: Path | None = None) -> dict[str, Any]:
+    """`build`'s data laid out for a report written into `report_dir` (default: the run folder,
+    above `results_dir`): links and figure paths relative to it, measurements as pandas tables."""
     results_dir = Path(results_dir)
-    report_dir, notebooks_dir = Path(report_dir or results_dir.parent), Path(notebooks_dir or results_dir.parent / "notebooks")
+    report_dir, notebooks_dir = Path(report_dir or results_dir.parent), results_dir.parent / "notebooks"
     rel = lambda path: Path(os.path.relpath(path, report_dir)).as_posix()  # noqa: E731
     figure = lambda f: {"stem": Path(f).stem, "path": results_dir / f, "rel": rel(results_dir / f)}  # noqa: E731
-    ref_idx, runs = _ref_index(rep["references"]), rep["run_log"].get("notebooks", {})
+    ref_idx = _first_in(rep["references"], "measurements", lambda r, m: (r["notebook"], m["name"]))
+    runs = rep["run_log"].get("notebooks", {})
     notebooks = []
     for r in rep["notebooks"]:
         executed, table = notebooks_dir / f"{r['notebook']}.html", measurements_frame(r, ref_idx)
@@ -154,46 +142,36 @@ def _img(figure: dict[str, Any]) -> str:
 
 _TEMPLATES = jinja2.Environment(loader=jinja2.PackageLoader("helpers.suite", "templates"),
                                 autoescape=jinja2.select_autoescape(["html"]), trim_blocks=True,
-                                lstrip_blocks=True,
-                                keep_trailing_newline=True)
-_TEMPLATES.filters.update(img=_img, colour=lambda kind: COLOURS.get(kind, NEEDS_COLOUR))
+                                lstrip_blocks=True, keep_trailing_newline=True)
+_TEMPLATES.filters.update(img=_img, colour=lambda kind: COLOURS.get(kind, "#e4daf2"))  # else: needs ...
 
 
-def to_markdown(rep: dict[str, Any], *where: Path | None) -> str:
-    """The plain-text companion of the HTML page; `where`: `_view`'s folders."""
-    return _TEMPLATES.get_template("report.md").render(_view(rep, *where))
+def render(rep: dict[str, Any], *where: Path | None, fmt: str = "md") -> str:
+    """`rep` as Markdown, or as one self-contained HTML page (figures inlined); `where`: `_view`'s folders."""
+    check_choice("fmt", fmt, ("md", "html"), where="report.render")
+    return _TEMPLATES.get_template(f"report.{fmt}").render(_view(rep, *where))
 
 
-def to_html(rep: dict[str, Any], *where: Path | None) -> str:
-    """A self-contained page: figures inlined, tables from pandas; `where`: `_view`'s folders."""
-    return _TEMPLATES.get_template("report.html").render(_view(rep, *where))
-
-
-def render_notebooks(notebooks_dir: Path) -> list[Path]:
+def render_notebooks(notebooks_dir: Path) -> None:
     """Each executed notebook as a static HTML page next to it (nbconvert's lab template)."""
-    import nbformat
     from nbconvert import HTMLExporter
 
     if not Path(notebooks_dir).is_dir():
         raise FileNotFoundError(f"render_notebooks: notebooks_dir {notebooks_dir} is not a folder of "
                                 "executed notebooks")
     exporter = HTMLExporter(template_name="lab")
-    out = []
     for nb_path in sorted(Path(notebooks_dir).glob("*.ipynb")):
         target = nb_path.with_suffix(".html")
         try:  # rendered once, after the run wrote the copy: the report is rewritten often
             if not target.exists() or target.stat().st_mtime < nb_path.stat().st_mtime:
-                paths.write_atomic(target, exporter.from_notebook_node(nbformat.read(nb_path, as_version=4))[0])
-            out.append(target)
+                paths.write_atomic(target, exporter.from_filename(str(nb_path))[0])
         except Exception as err:  # a broken copy must not cost the report
             print(f"report: could not render {nb_path.name} to HTML ({type(err).__name__}: {err})")
-    return out
 
 
 def write(build_dir: Path | None = None, out_dir: Path | None = None) -> Path:
-    """Write `report.md` and `report.html` of a run folder (`results/`, `run.json`, executed
-    `notebooks/`, rendered to HTML once; default: the newest run, else the build folder) into
-    `out_dir` (default: that folder), links relative to it. Return the HTML path."""
+    """Write `report.md` and `report.html` of a run folder (default: the newest run, else the build
+    folder) into `out_dir` (default: that folder), links relative to it; return the HTML path."""
     build_dir = Path(build_dir or runs.latest_run() or paths.build_dir())
     if not build_dir.is_dir():
         raise FileNotFoundError(f"report.write: build_dir {build_dir} does not exist; run the notebooks "
@@ -202,18 +180,13 @@ def write(build_dir: Path | None = None, out_dir: Path | None = None) -> Path:
     problems, run_log = [], {}
     try:
         run_log = json.loads(log_path.read_text()) if log_path.exists() else {}
-    except (ValueError, OSError) as e:
-        problems.append(f"{log_path} cannot be read ({e}): notebook statuses are missing")
+    except (ValueError, OSError) as e:  # warned once, like an unreadable results file (`load_all`)
+        warnings.warn(msg := f"{log_path} cannot be read ({e}): notebook statuses are missing", stacklevel=2)
+        problems.append(msg)
     if notebooks.is_dir():
         render_notebooks(notebooks)
     rep = build(load_all(results_dir, problems=problems), run_log, problems=problems)
-    for p in problems:
-        print(f"report: WARNING: {p}", file=sys.stderr)
     out_dir = Path(out_dir or build_dir)
-    paths.write_atomic(out_dir / "report.md", to_markdown(rep, results_dir, out_dir, notebooks))
-    paths.write_atomic(out_dir / "report.html", to_html(rep, results_dir, out_dir, notebooks))
+    for fmt in ("md", "html"):
+        paths.write_atomic(out_dir / f"report.{fmt}", render(rep, results_dir, out_dir, fmt=fmt))
     return out_dir / "report.html"
-
-
-if __name__ == "__main__":
-    print(write())

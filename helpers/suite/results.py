@@ -6,8 +6,7 @@
     rec.judge("L3", figure="4.0x less memory per batch", mem_ratio=4.0, copy_gain=2.5)
     rec.figure(fig, "batch_memory")
 
-Every call rewrites `build/results/<notebook>.json` at once: a notebook stopped half-way leaves
-what it measured.
+Every call rewrites `build/results/<notebook>.json`: a notebook stopped half-way keeps what it measured.
 """
 
 from __future__ import annotations
@@ -68,30 +67,25 @@ class Recorder:
             if isinstance(v, float) and not math.isfinite(v):
                 raise ValueError(f"measure: {k} for {name!r} must be finite, got {v}")
         entry = {"name": name, "value": value, "unit": unit, "ratio": ratio, "note": note, **extra}
-        self.data["measurements"] = [m for m in self.data["measurements"] if m["name"] != name]
-        self.data["measurements"].append(entry)
+        self.data["measurements"] = [m for m in self.data["measurements"] if m["name"] != name] + [entry]
         self.save()
         if not quiet:
             r = f"  ({ratio:.2f}x {note})" if ratio is not None else (f"  ({note})" if note else "")
             print(f"[measured] {name}: {value:.4g} {unit}{r}")
 
     def judge(self, claim: str, *, figure: str, detail: str = "", **measured: Any) -> str:
-        """Compute the verdict on `claim` with its rule (`helpers.suite.claims`) from the measured
-        quantities the rule names, record it with the figure behind it, and return it."""
+        """The verdict of `claim`'s rule (`claims.judge`) on the `measured` quantities, recorded."""
         verdict = judge(claim, **measured)
         self.verdict(claim, verdict, figure=figure, detail=detail, measured=measured)
         return verdict
 
     def verdict(self, claim: str, verdict: str, *, figure: str, detail: str = "",
                 measured: dict[str, Any] | None = None) -> None:
-        """Record the verdict on a ledger claim (`L1` ... `L23`) with the figure behind it
-        (`judge` computes it; this only checks it is one the claim's rule can give)."""
+        """Record a verdict on a claim with the figure behind it; `judge` computes it, this checks it."""
         if not isinstance(claim, str) or claim not in CLAIMS:
             raise ValueError(f"verdict: unknown claim {claim!r}; valid ids are L1 ... L{len(CLAIMS)}")
         if not isinstance(verdict, str) or not any(verdict.startswith(k) for k in VERDICT_KINDS):
-            raise ValueError(
-                f"verdict for {claim}: must start with one of {', '.join(VERDICT_KINDS)}; got {verdict!r}"
-            )
+            raise ValueError(f"verdict for {claim}: must start with one of {', '.join(VERDICT_KINDS)}; got {verdict!r}")
         if verdict not in RULES[claim].verdicts:
             raise ValueError(f"verdict for {claim}: {verdict!r} is not one that its rule can give "
                              f"({'; '.join(RULES[claim].verdicts)}); use judge() to compute it")
@@ -100,13 +94,10 @@ class Recorder:
                              f"(a non-empty string), got {figure!r}")
         synthetic = any(s["synthetic"] for s in self.data["data_sources"].values())
         entry = {"claim": claim, "verdict": verdict, "figure": figure, "detail": detail,
-                 "synthetic_data": synthetic, "rule": RULES[claim].threshold,
-                 "measured": measured or {}}
-        self.data["verdicts"] = [v for v in self.data["verdicts"] if v["claim"] != claim]
-        self.data["verdicts"].append(entry)
+                 "synthetic_data": synthetic, "rule": RULES[claim].threshold, "measured": measured or {}}
+        self.data["verdicts"] = [v for v in self.data["verdicts"] if v["claim"] != claim] + [entry]
         self.save()
-        tag = " [synthetic data]" if synthetic else ""
-        print(f"[verdict] {claim} - {verdict}: {figure}{tag}")
+        print(f"[verdict] {claim} - {verdict}: {figure}" + (" [synthetic data]" if synthetic else ""))
 
     def figure(self, fig: Any, name: str) -> None:
         """Save a matplotlib figure next to the results, for the HTML report. Returns nothing, so
@@ -115,11 +106,9 @@ class Recorder:
             raise TypeError(f"figure: fig must be a matplotlib Figure, got {type(fig).__name__}")
         if not isinstance(name, str) or not re.fullmatch(r"[\w.-]+", name):
             raise ValueError(f"figure: name must be a short file name (letters, digits, _ . -), got {name!r}")
-        fig_dir = self.directory / "figures"
-        fig_dir.mkdir(parents=True, exist_ok=True)
-        path = fig_dir / f"{self.notebook}__{name}.png"
-        fig.savefig(path, dpi=90, bbox_inches="tight")
-        rel = str(path.relative_to(self.directory))
+        rel = f"figures/{self.notebook}__{name}.png"  # relative: the report finds it beside the results
+        (self.directory / "figures").mkdir(parents=True, exist_ok=True)
+        fig.savefig(self.directory / rel, dpi=90, bbox_inches="tight")
         if rel not in self.data["figures"]:
             self.data["figures"].append(rel)
         self.save()
@@ -139,13 +128,10 @@ def _number(what: str, v: Any, alternative: str = "") -> float:
 
 def load_all(directory: str | Path | None = None, *,
              problems: list[str] | None = None) -> list[dict[str, Any]]:
-    """Every notebook's results in `directory` (default: this machine's), sorted by notebook.
-    A file that cannot be read (empty, truncated, not UTF-8, not a results file) is skipped and
-    said so in `problems` (when given) and as a warning: never silently dropped."""
-    d = Path(directory) if directory is not None else paths.results_dir()
-    out = []
-    for p in sorted(d.glob("*.json")):
-        problem, raw = None, b""
+    """Every notebook's results in `directory` (default: this machine's), sorted by notebook. A file
+    that cannot be read is skipped, never silently: a warning, and a line in `problems` if given."""
+    out, problems = [], [] if problems is None else problems
+    for p in sorted(Path(directory or paths.results_dir()).glob("*.json")):
         try:
             data = json.loads((raw := p.read_bytes()).decode("utf-8"))
         except UnicodeDecodeError as e:
@@ -156,11 +142,10 @@ def load_all(directory: str | Path | None = None, *,
         except OSError as e:
             problem = f"cannot be read ({e.strerror})"
         else:
-            if not isinstance(data, dict) or not isinstance(data.get("notebook"), str):
-                problem = "is not a results file (no 'notebook' entry)"
-        if problem is None:
-            out.append(data)
-            continue
+            if isinstance(data, dict) and isinstance(data.get("notebook"), str):
+                out.append(data)
+                continue
+            problem = "is not a results file (no 'notebook' entry)"
         warnings.warn(msg := f"{p} {problem}: its measurements and verdicts are missing from the report", stacklevel=2)
-        (problems if problems is not None else []).append(msg)
+        problems.append(msg)
     return out

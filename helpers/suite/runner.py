@@ -1,13 +1,12 @@
-"""Execute the whole suite headless, in order, then write the report.
+"""Execute the notebooks headless, in order, then write the report.
 
     python -m helpers.suite --profile auto     # what `make run` does
 
-Each run gets its own folder, `build/runs/<date>_<time>/` (executed copies, `results/`,
-`run.json`, the report; `build/latest` points to the newest, `build/report.*` is its report,
-rewritten after every notebook), so runs never overwrite each other; sources are never modified.
-A notebook that fails (cell error or timeout, a kernel that dies or is killed for memory) is
-recorded with its reason and partly executed copy, and the next one runs. Ctrl-C or SIGTERM end
-the running kernel and all it started, and write the report of what finished, marked interrupted.
+Each run gets its own folder, `build/runs/<date>_<time>/` (executed copies, `results/`, `run.json`,
+the report, rewritten after every notebook; `build/latest` and `build/report.*`: the newest run);
+sources are never modified. A notebook that fails (cell error, timeout, a dead kernel) is recorded
+with its reason and partly executed copy, and the next one runs. Ctrl-C or SIGTERM end the running
+kernel and all it started; the report of what finished is marked interrupted.
 """
 
 from __future__ import annotations
@@ -53,10 +52,9 @@ def _death(kernel: list[Any]) -> str:
 
 
 def execute(nb_path: Path, out_dir: Path, timeout: int) -> dict:
-    """Run one notebook in a fresh kernel (cwd = the notebook's folder) and save the executed
-    copy, finished or not. Never raises for a failing notebook: returns its status
-    ('ok', 'failed' or 'interrupted'), seconds and the reason. The kernel's own stderr (C++
-    library logging, ipykernel's warnings) goes to `<out_dir>/<name>.kernel.log`."""
+    """Run one notebook in a fresh kernel (cwd: its folder), save the executed copy, finished or
+    not, and return its status ('ok', 'failed', 'interrupted'), seconds and why: never raises for a
+    failing notebook. The kernel's own stderr goes to `<out_dir>/<name>.kernel.log`."""
     check_int("timeout (seconds per cell)", timeout, 1, where="execute")
     nb_path, out_dir = Path(nb_path), Path(out_dir)
     if not nb_path.is_file():
@@ -83,8 +81,7 @@ def execute(nb_path: Path, out_dir: Path, timeout: int) -> dict:
             outcome.update(status="failed", error=f"{type(e).__name__}: {e}"[:500])
 
     t0 = time.perf_counter()
-    # nbclient runs in a thread of its own, so that this (main) thread keeps the signal
-    # handlers: nbclient's own, in its event loop, tear the kernel down under a running cell.
+    # nbclient in a thread: the main one keeps our signal handlers (nbclient's kill the kernel mid-cell)
     worker = threading.Thread(target=run, name=f"nbclient {nb_path.stem}", daemon=True)
     worker.start()
     while worker.is_alive():
@@ -180,7 +177,6 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # keep the profiler's C++ logging out of the progress
     run = runs.new_run_dir()
     os.environ["FTG_RESULTS_DIR"] = str(run / "results")  # the kernels record into this run's folder
-    (run / "notebooks").mkdir(parents=True, exist_ok=True)
     runs.point_latest(run)
     print(f"Running {len(nbs)} notebooks; this run's folder: {run}")
     log: dict[str, Any] = {"profile": profile, "profile_reason": why, "run": run.name,
@@ -189,7 +185,6 @@ def main(argv: list[str] | None = None) -> int:
     processes.become_subreaper()  # ranks orphaned by a dying kernel stay ours to end
     in_main = threading.current_thread() is threading.main_thread()
     old = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
-    _stopped_by.clear()
     try:
         _run_all(nbs, run, log, args.timeout)
     finally:
@@ -221,7 +216,3 @@ def _summary(log: dict[str, Any], html_path: Path, stopped: int | None, referenc
         print(f"{len(failed)} notebook(s) failed: {', '.join(failed)} (executed copies show where)")
         return 1
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -3,6 +3,8 @@ newest, and the committed reference runs under `results/reference/`."""
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import os
 import re
@@ -13,31 +15,21 @@ from pathlib import Path
 from .. import paths
 
 
-def runs_dir() -> Path:
-    """`<build>/runs/`: a folder per `make run`, so runs never overwrite each other."""
-    return paths.build_dir() / "runs"
-
-
 def new_run_dir(keep: int = 20) -> Path:
     """A new `<build>/runs/<date>_<time>[_N]/` (two runs in the same second get two). Finished
     runs beyond the newest `keep` are removed, never one still running (its `run.json`)."""
-    root = runs_dir()
+    root = paths.build_dir() / "runs"
     root.mkdir(parents=True, exist_ok=True)
-    for old in sorted(d for d in root.iterdir() if d.is_dir())[:-keep]:
-        try:
+    for old in sorted(root.glob("*/"))[:-keep]:
+        with contextlib.suppress(OSError, ValueError):
             if json.loads((old / "run.json").read_text()).get("state") in ("finished", "interrupted"):
                 shutil.rmtree(old, ignore_errors=True)
-        except (OSError, ValueError):
-            pass
     stamp = time.strftime("%Y-%m-%d_%H%M%S")
-    for n in range(1000):
+    for n in itertools.count():
         d = root / (stamp if n == 0 else f"{stamp}_{n}")
-        try:
-            d.mkdir()
+        with contextlib.suppress(FileExistsError):
+            d.mkdir()  # atomic: two runs never get the same folder
             return d
-        except FileExistsError:
-            continue
-    raise RuntimeError(f"new_run_dir: could not create a run folder under {root}")
 
 
 def latest_run() -> Path | None:
@@ -64,9 +56,8 @@ def reference_run_dir(device_name: str, date: str | None = None) -> Path:
 
 
 def save_reference(results: Path, target: Path | None = None) -> Path:
-    """Copy a run's result files (JSON) to a reference folder, named after the run's first GPU
-    (else the CPU) unless `target` is given. The report shows a reference run's figures and
-    verdicts, not its plots, so the plots stay behind."""
+    """Copy a run's result files to `target` (default: a folder named after its first GPU, else
+    its CPU). Not its plots: the report shows a reference run's figures and verdicts only."""
     files = sorted(Path(results).glob("*.json"))
     if not files:
         raise FileNotFoundError(f"save_reference: no result files in {results}; run the notebooks first")

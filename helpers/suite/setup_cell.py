@@ -1,10 +1,9 @@
 """The setup cell after every notebook's title, and the Colab/Kaggle badges under the title.
 
-In a clone the cell does nothing (one whose helpers are not installed puts itself on the path).
-Elsewhere pip installs the helpers alone, at the notebook's version, from `[project.urls]` in
-pyproject.toml (or `FTG_SOURCE`, a path or pip URL: tests), then `install_missing` adds what the
-machine lacks, never torch or the Jupyter packages (the service's, built for its GPU and runtime).
-Only the standard library is imported at the top: `install_missing` runs right after that pip.
+In a clone the cell at most puts the clone on the path. Elsewhere pip installs the helpers
+alone, at the notebook's version (`[project.urls]` in pyproject.toml, or `FTG_SOURCE` for tests),
+then `install_missing` adds what the machine lacks, never torch or Jupyter (the service's own,
+built for its GPU). Only the standard library at the top: this runs right after that pip.
 
     python -m helpers.suite.setup_cell && nbstripout notebooks/*.ipynb   # every notebook (tests check)
 """
@@ -28,9 +27,8 @@ if importlib.util.find_spec("helpers") is None:  # Colab, Kaggle, a Jupyter with
 
 
 def install_missing(dist: str = "feed-the-gpu") -> list[str]:
-    """pip-install the requirements of `dist` that are not installed at all; keep those that are,
-    even when older than the tested lower bound (importing `helpers` names those). Returns what it
-    installed."""
+    """pip-install the requirements of `dist` that are missing, and return them; an older version
+    stays (importing `helpers` names those below the tested lower bound)."""
     missing = []
     for req in (r for r in md.requires(dist) or [] if "extra ==" not in r):
         try:
@@ -70,8 +68,7 @@ def _is_setup(cell: dict) -> bool:
 
 
 def apply(nb_path: Path) -> bool:
-    """Put the badges under the title of `nb_path` and the setup cell right after the title
-    cell; True if the notebook changed."""
+    """The badges under the title of `nb_path`, the setup cell after it; True if that changed it."""
     import nbformat
 
     nb = nbformat.read(nb_path, as_version=4)
