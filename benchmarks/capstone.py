@@ -35,7 +35,7 @@ PARAMETERS_MARK = "P = profiles.active()"  # the notebook's parameters cell
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    gpu = torch.cuda.is_available()
+    gpu = devices.accelerator() == "cuda"  # a CUDA GPU this torch runs on
     p = argparse.ArgumentParser(prog="python -m benchmarks.capstone", description=__doc__.split("\n")[0])
     p.add_argument("--profile", choices=("smoke", "full"), default="full" if gpu else "smoke",
                    help="the notebook's profile (default: full on a GPU, smoke on a CPU: about a minute)")
@@ -115,7 +115,7 @@ def summary(recorded: dict, rows: list[dict], a: argparse.Namespace, seconds: fl
 
 def save(recorded: dict, rows: list[dict], text: str, a: argparse.Namespace) -> None:
     targets = [paths.results_dir()]
-    if torch.cuda.is_available():
+    if devices.accelerator() == "cuda":
         name = devices.device_name(devices.try_gpu())
         targets.append(Path(a.reference_dir) if a.reference_dir else runs.reference_run_dir(name))
     for target in targets:

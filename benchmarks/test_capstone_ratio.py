@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from benchmarks import capstone as bench
+from helpers import devices
 
 
 def _run_bench(tmp_path, monkeypatch, argv: list[str]) -> list[dict]:
@@ -51,7 +52,7 @@ MIN_GPU_RATIO = 1.0
 @pytest.mark.benchmark
 @pytest.mark.gpu
 def test_fast_recipe_on_gpu(tmp_path, monkeypatch, record_property):
-    if not torch.cuda.is_available():
+    if devices.accelerator() != "cuda":
         pytest.skip("needs a CUDA GPU: the fast recipe beats the reference beyond noise and, "
                     "on an H100, trains an epoch in <= 1.0 s")
     rows = _run_bench(tmp_path, monkeypatch, ["--reference-dir", str(tmp_path / "reference")])

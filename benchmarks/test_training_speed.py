@@ -13,11 +13,13 @@ import pytest
 import torch
 from torch import nn
 
-from helpers import models, timing
+from helpers import devices, models, timing
 from helpers.devices import cpu_threads
 
 pytestmark = pytest.mark.benchmark
-needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+needs_gpu = pytest.mark.skipif(devices.accelerator() != "cuda", reason="needs a CUDA GPU this torch runs on")
+needs_bf16 = pytest.mark.skipif(not devices.capabilities("cuda").ok("bf16"),
+                                reason=devices.capabilities("cuda").skip.get("bf16", "native bf16"))
 
 
 def _samples_per_s(net, batches, *, device, precision="fp32", channels_last=False, fused=False,
@@ -50,7 +52,7 @@ def _samples_per_s(net, batches, *, device, precision="fp32", channels_last=Fals
 
 def test_bigger_batches_raise_throughput_on_any_device():
     """Per-sample cost falls with the batch: batch 256 processes far more samples/s than batch 1."""
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    dev = "cuda" if devices.accelerator() == "cuda" else "cpu"
     net = nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10)).to(dev)
     loss_fn = nn.CrossEntropyLoss()
 
@@ -66,7 +68,7 @@ def test_bigger_batches_raise_throughput_on_any_device():
 
 def test_logging_every_step_is_not_faster_than_every_50():
     """A deferred .item(): logging rarely never costs more than syncing every step (10 % slack)."""
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    dev = "cuda" if devices.accelerator() == "cuda" else "cpu"
     net = nn.Sequential(nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 10))
     data = [(torch.randn(64, 128, device=dev), torch.randint(0, 10, (64,), device=dev)) for _ in range(200)]
     every, rare = 0.0, 0.0
@@ -78,6 +80,7 @@ def test_logging_every_step_is_not_faster_than_every_50():
 
 
 @needs_gpu
+@needs_bf16
 @pytest.mark.gpu
 def test_bf16_channels_last_reaches_2_5x_fp32_on_resnet18_cifar_shape(monkeypatch):
     """d2l ResNet-18, CIFAR-10-shaped input: bf16 + channels_last >= 2.5x fp32 samples/s."""

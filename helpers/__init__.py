@@ -24,7 +24,7 @@ plotting
   plotting        bars labelled with ratios, a waterfall, one_at_a_time for explore callbacks
 devices
   devices         whichever accelerator there is (CUDA, MPS, XPU, else the CPU): sync, memory,
-                  what it can do (bf16 in hardware, torch.compile, kernels in this torch build);
+                  what it can do (`capabilities`: bf16, compile, TF32, kernels in this build);
                   the CPU's threads (`cpu_threads`, `share`), set from one place
 distributed
   launch          N ranks of a notebook's script, meeting through a file; always cleaned up

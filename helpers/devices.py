@@ -5,17 +5,19 @@ the hardware and the CPU's threads, for CUDA, Apple MPS, Intel XPU, else the CPU
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import platform
 import re
 import subprocess
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import psutil
 import torch
 
-from .checks import check_int
+from .checks import check_choice, check_int
 
 GPU_TYPES = ("cuda", "mps", "xpu")
 DEVICE_CHOICES = "'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'"
@@ -27,9 +29,11 @@ def cpu() -> torch.device:
 
 
 def accelerator() -> str | None:
-    """`'cuda'`, `'mps'` or `'xpu'`: the accelerator torch can use here; None: the CPU only."""
+    """`'cuda'`, `'mps'` or `'xpu'`: the accelerator torch can use here; None: the CPU only, also
+    beside a CUDA GPU this torch has no kernels for (printed once, and by `describe_hardware`)."""
     dev = torch.accelerator.current_accelerator(check_available=True)
-    return dev.type if dev is not None and dev.type in GPU_TYPES else None
+    kind = dev.type if dev is not None and dev.type in GPU_TYPES else None
+    return None if kind == "cuda" and _cuda_refused() else kind
 
 
 def num_gpus() -> int:
@@ -131,77 +135,102 @@ def empty_cache(device: str | torch.device | None = None) -> None:
 
 
 # ------------------------------------------------------------------- what a device can do
-# `capability` (major, minor) asks about a CUDA GPU that is not here: tests, or planning a run.
-def pin_memory_useful(device: str | torch.device | None = None) -> bool:
-    """Pinned host memory speeds copies to CUDA (and XPU); an Apple GPU shares the host's memory."""
-    return (accelerator() if device is None else _parse(device).type) in ("cuda", "xpu")
+TECHNIQUES = ("gpu", "bf16", "fp16", "compile", "cuda graphs", "cudnn", "tf32", "fused SGD")
 
 
-def bf16_supported(device: str | torch.device = "cpu") -> bool:
-    """Whether `device` advertises bf16 arithmetic (CUDA: natively; MPS: macOS 14 on; CPU: the
-    avx512_bf16 or amx_bf16 flags). Whether bf16 is then faster, notebook 07 measures."""
-    kind = _parse(device).type
-    if kind == "cuda":
-        return torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
-    if kind == "mps":
-        return torch.backends.mps.is_available() and torch.backends.mps.is_macos_or_newer(14, 0)
-    if kind == "xpu":
-        return torch.xpu.is_available() and torch.xpu.is_bf16_supported()
-    return bool({"avx512_bf16", "amx_bf16"} & set(_cpuinfo("flags").split()))
+@dataclass(frozen=True)
+class Capabilities:
+    """What the suite does on a device. `skip` maps each technique it does not run there (one of
+    `TECHNIQUES`; "gpu": the device itself) to why, in words for the learner."""
+
+    kind: str                 # "cuda", "mps", "xpu" or "cpu"
+    name: str
+    bf16: str                 # "native", "emulated" (a CPU without bf16 instructions; CUDA below 8.0), "none"
+    memory_gib: float         # a GPU's memory (an Apple GPU: Metal's share of unified memory); the CPU: RAM
+    pin_memory: bool          # pinned host memory speeds copies to it (CUDA, XPU; an Apple GPU shares the host's)
+    batch_budget_bytes: int | None  # a batch finder's limit; None: CUDA's own OOM error (elsewhere: swap first)
+    skip: dict[str, str]
+
+    def ok(self, what: str) -> bool:
+        return check_choice("what", what, TECHNIQUES, where="Capabilities.ok") not in self.skip
 
 
-def _capability(dev: torch.device, capability: tuple[int, int] | None) -> tuple[int, int] | None:
-    """The CUDA compute capability: `capability` if given, else the device's; None without one."""
-    if capability is None:
-        here = dev.type == "cuda" and torch.cuda.is_available()
-        return tuple(torch.cuda.get_device_capability(dev)) if here else None
-    if not (isinstance(capability, tuple) and len(capability) == 2
-            and all(type(x) is int and x >= 0 for x in capability)):
-        raise ValueError(f"capability must be a (major, minor) pair of ints such as (8, 0), got {capability!r}")
-    return capability
+def describe(device: str | torch.device | None = None) -> dict[str, Any]:
+    """What `capabilities` decides from, read from torch (None: `try_gpu()`): kind, name, capability
+    (CUDA), memory_gib, arch_list (this torch's CUDA code), bf16_hw (not CUDA), fused_sgd (a kernel)."""
+    dev = try_gpu() if device is None else _parse(device)
+    kind, mod = dev.type, getattr(torch, dev.type, None)
+    d = {"kind": kind, "name": _NAMES.get(kind) or _cpu_name(), "memory_gib": psutil.virtual_memory().total / 2**30,
+         "bf16_hw": bool({"avx512_bf16", "amx_bf16"} & set(_cpuinfo("flags").split())) if kind == "cpu" else False,
+         "fused_sgd": torch._C._dispatch_has_kernel_for_dispatch_key("aten::_fused_sgd_", kind.upper())}
+    if kind in ("cuda", "xpu") and mod.is_available():
+        p = mod.get_device_properties(dev.index or 0)
+        d |= {"name": p.name, "memory_gib": p.total_memory / 2**30, "arch_list": mod.get_arch_list()}
+        d |= {"capability": (p.major, p.minor)} if kind == "cuda" else {"bf16_hw": torch.xpu.is_bf16_supported()}
+    elif kind == "mps" and torch.backends.mps.is_available():
+        d |= {"name": f"{_cpu_name()} GPU (Metal)", "memory_gib": torch.mps.recommended_max_memory() / 2**30,
+              "bf16_hw": torch.backends.mps.is_macos_or_newer(14, 0)}
+    return d
 
 
-def bf16_native(device: str | torch.device = "cpu", capability: tuple[int, int] | None = None) -> bool:
-    """bf16 in hardware: CUDA from capability 8.0 (a T4 or V100 emulates it, slower than fp16)."""
-    dev = _parse(device)
-    if dev.type != "cuda":
-        return bf16_supported(dev)
-    return (_capability(dev, capability) or (0, 0)) >= (8, 0)  # (0, 0): no CUDA GPU
+def capabilities(device: str | torch.device | None = None, described: dict[str, Any] | None = None) -> Capabilities:
+    """What the suite does on `device`, decided from `described` (default: `describe(device)`), so
+    tests can pass a T4, a P100 or an Apple GPU on a machine that has none of them."""
+    d = describe(device) if described is None else described
+    if missing := {"kind", "name", "memory_gib"} - set(d if isinstance(d, dict) else {}):
+        raise ValueError(f"capabilities: described must be a dict like describe()'s; it lacks {sorted(missing)}")
+    kind, name, cap = check_choice("kind", d["kind"], ("cpu", *GPU_TYPES), where="capabilities"), d["name"], d.get("capability")
+    if cap is not None and not (isinstance(cap, tuple) and len(cap) == 2 and all(type(x) is int for x in cap)):
+        raise ValueError(f"capabilities: capability must be a (major, minor) pair of ints such as (8, 0), got {cap!r}")
+    cuda, cc = kind == "cuda", cap or (0, 0)
+    who = f"{name} (compute capability {cc[0]}.{cc[1]})" if cap else name
+    skip = {"gpu": f"{who}: {why}"} if cuda and (why := _no_kernels(cap, d.get("arch_list") or [])) else {}
+    bf16 = "native" if (cc >= (8, 0) if cuda else d.get("bf16_hw")) else "emulated" if kind in ("cuda", "cpu") else "none"
+    if bf16 == "none":
+        skip["bf16"] = f"{who} has no bf16 (an Apple GPU: from macOS 14)"
+    elif cuda and bf16 == "emulated":
+        skip["bf16"] = f"{who} has no native bf16 (that needs 8.0+); emulated bf16 would measure the emulation"
+    if not cuda:
+        skip |= {"fp16": f"fp16 autocast with a GradScaler is a CUDA-GPU technique; this is a {kind}",
+                 "cuda graphs": "needs a CUDA GPU", "cudnn": "cuDNN is NVIDIA's GPU library: no effect on this device",
+                 "tf32": "TF32 is an NVIDIA tensor-core format: no effect on this device"}
+    elif cc < (8, 0):
+        skip["tf32"] = f"{who} has no TF32 tensor cores (that needs 8.0+): no effect"
+        skip |= {"fp16": f"{who} has no fast fp16 (that needs 5.3+)"} if cc < (5, 3) else {}
+    if kind == "mps" or cc < (7, 0) and cuda:
+        skip["compile"] = f"torch.compile makes no kernels for {who}: " + (
+            "Triton needs compute capability 7.0+" if cuda else "the suite has not run Inductor's Metal code")
+    if not d.get("fused_sgd", True):
+        skip["fused SGD"] = f"this torch has no fused SGD kernel for {kind}"
+    budget = None if cuda else int(min(8.0, d["memory_gib"] / 2) * 2**30)  # half the memory, at most 8 GiB
+    return Capabilities(kind, name, bf16, round(d["memory_gib"], 1), kind in ("cuda", "xpu"), budget, skip)
 
 
-def compile_supported(device: str | torch.device = "cpu", capability: tuple[int, int] | None = None) -> bool:
-    """Where Inductor, `torch.compile`'s default backend, makes code: the CPU, Intel GPUs, CUDA
-    from 7.0 (Triton's minimum). MPS: False, as the suite has not run its Metal code."""
-    dev = _parse(device)
-    if dev.type == "cuda":
-        return (_capability(dev, capability) or (0, 0)) >= (7, 0)
-    return dev.type in ("cpu", "xpu")
-
-
-def torch_built_for(device: str | torch.device = "cuda", capability: tuple[int, int] | None = None,
-                    arch_list: list[str] | None = None) -> tuple[bool, str]:
-    """Whether this torch has kernels `device` runs, and why (else: "no kernel image is available").
-    `sm_XY` code runs on major X, minor >= Y; PTX (`compute_XY`) on any GPU at least that new."""
-    dev = _parse(device)
-    if dev.type != "cuda":
-        return True, f"{dev.type}: no CUDA architecture to match"
-    cap = _capability(dev, capability)
+def _no_kernels(cap: tuple[int, int] | None, archs: list[str]) -> str:
+    """Why this torch has no kernels for a GPU of compute capability `cap`, or '' when it has
+    (else the first launch fails: "no kernel image is available"). `sm_XY` code runs on major X,
+    minor >= Y; `sm_XYa` on X.Y exactly; PTX (`compute_XY`) on any GPU at least that new."""
     if cap is None:
-        return False, "no CUDA GPU here (pass capability=(major, minor) to ask about one)"
-    archs = torch.cuda.get_arch_list() if arch_list is None else list(arch_list)
+        return "no CUDA GPU here"
     if not archs:
-        return False, "this torch has no CUDA kernels (a CPU-only build)"
+        return "this torch has no CUDA kernels (a CPU-only build)"
     for arch in archs:
-        m = re.fullmatch(r"(sm|compute)_(\d+)(\d)(a?)f?", arch)
-        if m is None:
-            continue
-        major, minor, exact = int(m[2]), int(m[3]), m[4] == "a"  # sm_90a: for 9.0 exactly
-        runs = (major, minor) <= cap if m[1] == "compute" else (
-            major == cap[0] and (minor == cap[1] if exact else minor <= cap[1]))
-        if runs:
-            return True, f"this torch's {arch} code runs on sm_{cap[0]}{cap[1]}"
-    return False, (f"this torch ships kernels for {', '.join(archs)}, none of which runs on this "
-                   f"sm_{cap[0]}{cap[1]} GPU: install a torch built for it (an older CUDA build)")
+        if m := re.fullmatch(r"(sm|compute)_(\d+)(\d)(a?)f?", arch):
+            major, minor, exact = int(m[2]), int(m[3]), m[4] == "a"
+            if (major, minor) <= cap if m[1] == "compute" else (
+                    major == cap[0] and (minor == cap[1] if exact else minor <= cap[1])):
+                return ""
+    return (f"this torch ships kernels for {', '.join(archs)}, none of which runs on sm_{cap[0]}{cap[1]}: "
+            "the notebooks run on the CPU (install a torch built for this GPU, e.g. an older CUDA build)")
+
+
+@functools.cache
+def _cuda_refused() -> str:
+    """Why CUDA GPU 0 is not used ('' when it is), decided once and said once."""
+    why = capabilities("cuda").skip.get("gpu", "") if torch.cuda.is_available() else ""
+    if why:
+        print(f"GPU not used - {why}")
+    return why
 
 
 def _cpuinfo(field: str) -> str:
@@ -235,7 +264,7 @@ def _gpu_info(kind: str, i: int) -> dict[str, Any]:
     p = None if kind == "mps" else getattr(torch, kind).get_device_properties(i)
     memory = torch.mps.recommended_max_memory() if p is None else p.total_memory  # MPS: Metal's share
     return {"index": i, "type": kind, "name": device_name(dev), "memory_gib": round(memory / 2**30, 1),
-            "unified_memory": kind == "mps", "bf16": bf16_supported(dev),
+            "unified_memory": kind == "mps", "bf16": capabilities(dev).bf16,
             "capability": f"{p.major}.{p.minor}" if kind == "cuda" else None}
 
 
@@ -244,8 +273,8 @@ def hardware_summary() -> dict[str, Any]:
     kind = accelerator()
     return {"cpu": _cpu_name(), "cpu_cores_usable": usable_cores(), "cpu_cores_logical": os.cpu_count(),
             "ram_gib": round(psutil.virtual_memory().total / 2**30, 1),
-            "cpu_bf16_instructions": bf16_supported("cpu"), "torch_threads": torch.get_num_threads(),
-            "accelerator": kind, "gpus": [_gpu_info(kind, i) for i in range(num_gpus())],
+            "cpu_bf16_instructions": capabilities("cpu").bf16 == "native", "torch_threads": torch.get_num_threads(),
+            "accelerator": kind, "gpus": [_gpu_info(kind, i) for i in range(num_gpus())], "gpu_not_used": _cuda_refused(),
             "cuda_version": torch.version.cuda, "torch": torch.__version__, "platform": platform.platform()}
 
 
@@ -268,7 +297,7 @@ def describe_hardware(summary: dict[str, Any] | None = None) -> str:
         cap = f", compute capability {g['capability']}" if g.get("capability") else ""
         lines.append(f"GPU {g['index']} : {g['name']}, {g['memory_gib']} GiB{shared}{cap}, bf16={g['bf16']}")
     if not s["gpus"]:
-        lines.append("GPU   : none found - every experiment runs on the CPU and says so")
+        lines.append(f"GPU   : {s.get('gpu_not_used') or 'none found'} - every experiment runs on the CPU and says so")
     text = "\n".join(lines)
     print(text)
     return text

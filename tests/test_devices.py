@@ -76,13 +76,15 @@ def test_mps_memory_counters_and_autocast(mps):
     assert devices.memory_allocated("mps") == 123 * 2**20
     with pytest.raises(ValueError, match="no peak-memory counter"):
         devices.max_memory_allocated("mps")
-    assert not devices.pin_memory_useful()  # unified memory: nothing to pin
-    assert devices.bf16_supported("mps") and devices.bf16_native("mps")
+    caps = devices.capabilities()  # described from the (fake) torch: tests/test_capabilities.py decides
+    assert not caps.pin_memory  # unified memory: nothing to pin
+    assert caps.kind == "mps" and caps.bf16 == "native" and caps.memory_gib == 12.0
 
 
 def test_mps_without_bf16_refuses_bf16(mps, monkeypatch):
     monkeypatch.setattr(torch.backends.mps, "is_macos_or_newer", lambda major, minor: False, raising=False)
-    assert not devices.bf16_supported("mps") and not devices.bf16_native("mps")
+    caps = devices.capabilities("mps")
+    assert caps.bf16 == "none" and "macOS 14" in caps.skip["bf16"]
 
 
 def test_peak_step_bytes_on_mps_counts_instead_of_faking_a_peak(mps):
@@ -105,50 +107,6 @@ def test_auto_profile_follows_the_device(monkeypatch, mps):
     assert profiles.active("auto").name == "full"
     fake_accelerator(monkeypatch, None)
     assert profiles.active("auto").name == "smoke"
-
-
-# A wheel of this torch's kind: machine code from sm_75 (Turing) on, no PTX (CUDA 13 dropped Volta).
-WHEEL = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]
-# (name, device, capability, bf16 in hardware, torch.compile, this wheel runs on it)
-FAKE_DEVICES = [
-    ("T4", "cuda", (7, 5), False, True, True),
-    ("P100", "cuda", (6, 0), False, False, False),
-    ("V100", "cuda", (7, 0), False, True, False),
-    ("A10G", "cuda", (8, 6), True, True, True),
-    ("L4", "cuda", (8, 9), True, True, True),
-    ("A100", "cuda", (8, 0), True, True, True),
-    ("H100", "cuda", (9, 0), True, True, True),
-    ("MPS", "mps", None, True, False, True),
-    ("CPU", "cpu", None, False, True, True),
-]
-
-
-@pytest.mark.parametrize("name,device,cap,bf16,compiles,built", FAKE_DEVICES, ids=[d[0] for d in FAKE_DEVICES])
-def test_what_each_device_can_do(name, device, cap, bf16, compiles, built, mps, monkeypatch):
-    monkeypatch.setattr(devices, "_cpuinfo", lambda field: "avx2")  # a CPU without bf16 instructions
-    assert devices.bf16_native(device, cap) is bf16
-    assert devices.compile_supported(device, cap) is compiles
-    ok, why = devices.torch_built_for(device, cap, arch_list=WHEEL)
-    assert ok is built, why
-    if not ok:
-        assert f"sm_{cap[0]}{cap[1]}" in why and "sm_75" in why
-
-
-def test_torch_built_for_reads_ptx_and_arch_specific_code():
-    assert devices.torch_built_for("cuda", (6, 0), ["sm_60", "sm_70"])[0]           # an older wheel
-    assert devices.torch_built_for("cuda", (7, 0), ["sm_80", "compute_70"])[0]      # PTX, compiled at load
-    assert not devices.torch_built_for("cuda", (6, 1), ["compute_70"])[0]           # PTX for newer GPUs only
-    assert not devices.torch_built_for("cuda", (9, 1), ["sm_90a"])[0]               # sm_90a: 9.0 exactly
-    assert devices.torch_built_for("cuda", (12, 1), ["sm_120"])[0]                  # two-digit major
-    ok, why = devices.torch_built_for("cuda", (8, 0), [])
-    assert not ok and "CPU-only build" in why
-
-
-def test_capability_helpers_without_a_cuda_gpu_say_no(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert not devices.bf16_native("cuda") and not devices.compile_supported("cuda")
-    ok, why = devices.torch_built_for("cuda")
-    assert not ok and "no CUDA GPU here" in why
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, "0", True])

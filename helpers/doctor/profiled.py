@@ -7,6 +7,7 @@ import psutil
 import torch
 import torch.utils.benchmark as tb
 
+from .. import devices
 from .rules import Measured
 
 # torch.utils.data names the DataLoader's `__next__` so the profiler can show it.
@@ -62,7 +63,7 @@ def _from_profiler(prof: torch.profiler.profile, w: object, m: Measured) -> None
     if m.device == "cuda":
         m.busy = min(1.0, busy / window_us) if window_us > 0 else None
         m.stall_s = 1e-6 * stall / w.steps
-        m.tensor_cores_idle = (torch.cuda.get_device_capability() >= (7, 0)
+        m.tensor_cores_idle = (devices.capabilities("cuda").ok("tf32")  # TF32 tensor cores: 8.0+
                                and torch.get_float32_matmul_precision() == "highest")
 
 

@@ -67,7 +67,7 @@ class Measured:
     loader: dict | None = None
     hot_ops: list[dict] = field(default_factory=list)
     busy: float | None = None
-    tensor_cores_idle: bool = False  # a GPU with tensor cores, TF32 off ("highest" fp32 precision)
+    tensor_cores_idle: bool = False  # a GPU with TF32 tensor cores (8.0+), TF32 off ("highest")
     stall_s: float | None = None
     memory_peak: float | None = None
     memory_total: float | None = None
