@@ -10,6 +10,7 @@ import os
 import platform
 import re
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -325,8 +326,22 @@ def usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+def free_cores(window: float = 0.25) -> int:
+    """Usable cores that other programs left idle over `window` seconds (at least 1): a core
+    another program keeps busy is not ours to count on."""
+    def busy() -> float:  # seconds of CPU time used on the whole machine, and by this process
+        t = psutil.cpu_times()
+        return sum(t) - t.idle - getattr(t, "iowait", 0.0) - sum(psutil.Process().cpu_times()[:2])
+
+    t0, before = time.perf_counter(), busy()
+    time.sleep(window)
+    others = (busy() - before) / (time.perf_counter() - t0)
+    return max(1, usable_cores() - round(others))
+
+
 def share(processes: int = 1) -> int:
-    """Intra-op threads each of `processes` busy processes (workers, ranks) may use: more than the
-    cores, and threads wait at barriers for partners not running (2 cores: 20x slower)."""
+    """Intra-op threads each of `processes` busy processes (workers, ranks) may use: threads x
+    processes <= the free cores. Past them, threads wait at every barrier for a partner that is
+    not running: notebook 04 ran 10x slower beside one busy program on 2 cores."""
     check_int("processes", processes, 1, where="share")
-    return max(1, usable_cores() // processes)
+    return max(1, free_cores() // processes)

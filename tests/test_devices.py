@@ -3,6 +3,9 @@ backends are faked with monkeypatch: `torch.accelerator` (what the helpers ask f
 `torch.backends.mps` / `torch.mps` (the MPS-specific counters). Until these paths run on a Mac,
 this is how the MPS code is tested."""
 
+import subprocess
+import sys
+import time
 import types
 
 import pytest
@@ -160,8 +163,20 @@ def test_cpu_threads_sets_and_restores():
             pass
 
 
+def test_free_cores_leaves_out_a_core_another_program_keeps_busy():
+    quiet = devices.free_cores()
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)  # the spinner's interpreter has started and spins
+        beside = devices.free_cores()
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert 1 <= beside <= max(1, quiet - 1) and quiet <= devices.usable_cores()
+
+
 def test_share_never_oversubscribes_the_cores(monkeypatch):
-    monkeypatch.setattr(devices, "usable_cores", lambda: 8)
+    monkeypatch.setattr(devices, "free_cores", lambda: 8)
     assert [devices.share(p) for p in (1, 2, 3, 5, 8, 20)] == [8, 4, 2, 1, 1, 1]
     for p in range(1, 9):
         assert devices.share(p) * p <= 8
