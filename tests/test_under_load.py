@@ -57,7 +57,7 @@ def cell_seconds(executed: Path) -> list[tuple[set[str], float]]:
 def counted_seconds(nb: Path, out_dir: Path) -> float:
     """Run the notebook in a fresh kernel: the seconds of its cells, those tagged as
     oversubscribing on purpose left out."""
-    outcome = runner.execute(nb, out_dir, timeout=600)
+    outcome = runner.execute(nb, out_dir, timeout=300)  # a cell past 5 min is stalled
     assert outcome["status"] == "ok", f"{nb.name}: {outcome['error']}"
     return sum(s for tags, s in cell_seconds(out_dir / nb.name) if ON_PURPOSE not in tags)
 
