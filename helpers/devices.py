@@ -18,7 +18,7 @@ from typing import Any
 import psutil
 import torch
 
-from .checks import check_choice, check_int
+from .checks import check_choice, check_int, check_number
 
 GPU_TYPES = ("cuda", "mps", "xpu")
 DEVICE_CHOICES = "'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'"
@@ -334,7 +334,7 @@ def free_cores(window: float = 0.25) -> int:
         return sum(t) - t.idle - getattr(t, "iowait", 0.0) - sum(psutil.Process().cpu_times()[:2])
 
     t0, before = time.perf_counter(), busy()
-    time.sleep(window)
+    time.sleep(check_number("window", window, where="free_cores"))
     others = (busy() - before) / (time.perf_counter() - t0)
     return max(1, usable_cores() - round(others))
 

@@ -187,6 +187,7 @@ CASES = [
     case(devices.describe_hardware, ValueError, r"summary must be hardware_summary\(\)'s dict; it lacks all: a int", 5),
     case(devices.describe_hardware, ValueError, r"it lacks \[.*'ram_gib'.*\]", {"cpu": "x"}),
     case(devices.share, ValueError, r"share: processes must be an int >= 1, got 0", 0),
+    case(devices.free_cores, ValueError, r"free_cores: window must be a positive finite number, got 0", 0),
     *([case(devices.as_device, ValueError, r"device 'cuda' asked for, but this machine has no CUDA GPU", "cuda"),
        case(devices.device_name, ValueError, r"no CUDA GPU", "cuda:0")] if NO_GPU else []),
     # --- data ------------------------------------------------------------------------------
