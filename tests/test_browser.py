@@ -177,8 +177,6 @@ def _move_a_control(interact) -> str:
     return "slider one step right"
 
 
-@pytest.mark.timeout(1200)
-@pytest.mark.parametrize("nb", NOTEBOOKS, ids=[p.stem[:2] for p in NOTEBOOKS])
 def _run_all_cells(nb, lab, page) -> None:
     """Run it the way a learner does: Run menu -> Run All Cells; no cell may end in an error."""
     page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
@@ -257,6 +255,8 @@ def _explore_sections_redraw(nb, page) -> list[str]:
     return redrawn
 
 
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=[p.stem[:2] for p in NOTEBOOKS])
 def test_notebook_runs_shows_its_plots_and_widgets_in_chromium(nb, lab, page):
     t0 = time.perf_counter()
     page.evaluate("(path) => { window.jupyterapp.commands.execute('docmanager:open', {path}); }", nb.name)
