@@ -120,7 +120,7 @@ def test_no_assignment_to_torch_attributes():
     assert not found
 
 
-def test_the_torch_attribute_check_can_fail(tmp_path):
+def test_the_torch_attribute_check_can_fail():
     """The check above sees an assignment through an alias and through setattr."""
     tree = ast.parse("import torch.distributed as dist\nfrom torch import nn\n"
                      "dist.x = 1\nsetattr(nn.Module, 'y', 2)\n")
