@@ -1,7 +1,7 @@
 """The GPU data pipelines' performance bar: (c) data resident on the device + batched augmentation feeds at
 least 10x as many samples/s as (a) the PNG + DataLoader pipeline at its best worker count
 (on a CPU-only machine; >= 50x on a GPU). Ratios only, never absolute times. The two pipelines
-are notebook 03's, written the same way.
+are notebook 05's, written the same way.
 
     FTG_PROFILE=smoke .venv/bin/pytest -q -m benchmark benchmarks/test_data_pipelines.py
 """
@@ -28,7 +28,7 @@ def _epoch(batches, device: torch.device) -> int:
 
 
 def _crop_flip_normalise(x: torch.Tensor, g: torch.Generator, pad: int = 4) -> torch.Tensor:
-    """Notebook 03's batched augmentation: per-sample crop (two gathers), one masked flip."""
+    """Notebook 05's batched augmentation: per-sample crop (two gathers), one masked flip."""
     n, c, h, w = x.shape
     xp = F.pad(x, (pad,) * 4)
     oy, ox = (torch.randint(0, 2 * pad + 1, (n, 1), device=x.device, generator=g) for _ in range(2))

@@ -1,5 +1,5 @@
 """2-process DDP with one thread each vs one single-threaded process, on a compute-bound MLP
-(notebook 10's training script, as its `%%writefile {TRAIN_PY}` cell writes it).
+(notebook 14's training script, as its `%%writefile {TRAIN_PY}` cell writes it).
 
 Weak scaling: every process trains on its own batch of the same size, so 2 processes do twice
 the work per step; the ratio of samples/s is the speed-up. On 2 cores the ideal is 2x; the
@@ -42,7 +42,7 @@ def best_samples_per_second(r: launch.RunResult) -> float:
 
 @pytest.mark.benchmark
 def test_two_processes_beat_one_by_1_5x(tmp_path):
-    script = write_script("10_ddp.ipynb", "TRAIN_PY", tmp_path / "train_ddp.py")
+    script = write_script("14_ddp.ipynb", "TRAIN_PY", tmp_path / "train_ddp.py")
     best = {1: 0.0, 2: 0.0}
     quietest = 1.0
     for _ in range(ROUNDS):

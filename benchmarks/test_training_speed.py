@@ -1,4 +1,4 @@
-"""Speed ratios of the training-step techniques (notebooks 04-07). Ratios only, never absolute times.
+"""Speed ratios of the training-step techniques (notebooks 06-10). Ratios only, never absolute times.
 
 Run: `FTG_PROFILE=smoke .venv/bin/python -m pytest benchmarks -m benchmark -q`.
 The GPU checks are skipped with a reason on a machine without CUDA.
@@ -24,7 +24,7 @@ needs_bf16 = pytest.mark.skipif(not devices.capabilities("cuda").ok("bf16"),
 
 def _samples_per_s(net, batches, *, device, precision="fp32", channels_last=False, fused=False,
                    log_every=0) -> float:
-    """Samples/s of a plain SGD loop over `batches` (the loop of notebooks 05 and 07): one warm-up
+    """Samples/s of a plain SGD loop over `batches` (the loop of notebooks 07 and 10): one warm-up
     epoch, then the best of two timed epochs."""
     net = copy.deepcopy(net).to(device, memory_format=torch.channels_last if channels_last else torch.preserve_format)
     opt = torch.optim.SGD(net.parameters(), lr=0.01, **({"fused": True} if fused else {}))

@@ -14,7 +14,7 @@ training
   training        a plain training loop and evaluation, for notebooks not about the loop;
                   checkpoints that load anywhere; a step's peak memory (one measure, every
                   device) and saved activations
-  capstone        notebook 12's plumbing: data, model, recipes, timing a bar, the waterfall
+  capstone        notebook 18's plumbing: data, model, recipes, timing a bar, the waterfall
 timing
   timing          `Timer` and `benchmark`: warm-up, repeats, median, device synchronised
   profiles        the smoke and full sizes of every notebook

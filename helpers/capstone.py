@@ -1,4 +1,4 @@
-"""Plumbing of notebook 12, the capstone: data, model, recipes, timing a bar, the waterfall.
+"""Plumbing of notebook 18, the capstone: data, model, recipes, timing a bar, the waterfall.
 
 Its training code (the book's loop, each change of the fast recipe) is written in the notebook's
 cells, and `make bench` executes that notebook: one source. A `Recipe` is one bar's settings;
@@ -26,7 +26,7 @@ D2L_WORKERS = 4  # d2l.get_dataloader_workers()
 MIN_STEADY_EPOCHS = 3  # timed epochs a compiled recipe needs (the warm-up epoch compiles)
 DATA_MODES = ("loader", "memory", "device")
 INITS = ("d2l", "default")
-SAFEGUARDS = {"init": "default", "lr_schedule": "linear-decay"}  # speed-neutral; notebook 12, section 5
+SAFEGUARDS = {"init": "default", "lr_schedule": "linear-decay"}  # speed-neutral; notebook 18, section 5
 
 
 @dataclass

@@ -6,7 +6,7 @@ torchvision class. `describe(ds)` says which, `ds.synthetic` tells code. Offline
 connection attempt, or `FTG_OFFLINE=1`: a download never hangs.
 
 `TensorBatches(x_uint8, y, 512, augment=to_unit_float, device="cuda")`: (X, y) batches of a
-data set held as uint8 tensors, where a DataLoader was (notebooks 03, 11, 12).
+data set held as uint8 tensors, where a DataLoader was (notebooks 05, 17, 18).
 """
 
 from __future__ import annotations

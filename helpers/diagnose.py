@@ -8,7 +8,7 @@
 
 A step is timed up to the next `next()`, after a device sync, so queued GPU work is charged to
 the step, not the data (`sync_every=k`: fewer stalls, the totals stay right). `StepWindow` is
-notebook 11's profiler set-up as a per-step hook, for the loops notebook 12 writes in its cells.
+notebook 17's profiler set-up as a per-step hook, for the loops notebook 18 writes in its cells.
 """
 
 from __future__ import annotations

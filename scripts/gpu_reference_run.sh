@@ -41,7 +41,7 @@ usage: bash scripts/gpu_reference_run.sh --out DIR [--step-seconds N] check | be
   bench [ARGS]       the capstone benchmark (python3 -m benchmarks.capstone ARGS), e.g.
                      bench --accuracy-epochs 3 if the defaults overrun the limit
   notebooks GLOB     python3 -m helpers.suite --profile full --yes --notebooks GLOB --save-reference
-                     the 13 notebooks (00-12) in three calls: '0[0-4]_*', '0[5-9]_*', '1[0-2]_*'
+                     the notebooks in four calls: '0[0-4]_*', '0[5-9]_*', '1[0-4]_*', '1[5-8]_*'
 Runs on the GPU node, offline; needs .whl/ (bash scripts/gpu_wheels.sh on a machine with internet).
 EOF
 }
@@ -289,7 +289,7 @@ if [ -f "$OUT/reference-$TAG.tar.gz" ]; then
    git status --short results/reference/   # the new files
    make run                                # the report shows the reference beside this machine's
    git add results/reference/ && git commit -m 'Reference results (GPU): ...'
-   The other steps, one call each: bench, notebooks '0[0-4]_*', '0[5-9]_*', '1[0-2]_*'.
+   The other steps, one call each: bench, notebooks '0[0-4]_*', '0[5-9]_*', '1[0-4]_*', '1[5-8]_*'.
 EOF
 elif [ "$SUB" != check ]; then
     echo "== NOTHING to bring back from this call: no new reference results (see the log above)"

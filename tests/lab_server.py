@@ -5,7 +5,7 @@ token auth, no news pop-up, `--allow-root` only as root, the caller's environmen
 unchanged. The test adds only a port, a token it knows, and its own Jupyter folders.
 
     with LabServer(root=tmp_dir, env={"FTG_PROFILE": "smoke"}) as lab:
-        page.goto(lab.url("lab/tree/01_data_loading.ipynb"))
+        page.goto(lab.url("lab/tree/02_data_loading.ipynb"))
 
 Everything it writes (runtime files, config, settings, workspaces, IPython profile) goes to a
 temporary folder, so it never touches the user's Jupyter set-up, and on exit it stops the server

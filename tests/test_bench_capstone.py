@@ -1,4 +1,4 @@
-"""`make bench` executes notebook 12 (the one source of the capstone's code) and turns what it
+"""`make bench` executes notebook 18 (the one source of the capstone's code) and turns what it
 recorded into a table. These tests run its plumbing around a faked execution; the real run is
 `make bench` itself and benchmarks/test_capstone_ratio.py."""
 
@@ -9,7 +9,7 @@ import pytest
 
 from benchmarks import capstone as bench
 
-ROWS = [  # what notebook 12 records in rec.data["waterfall"]
+ROWS = [  # what notebook 18 records in rec.data["waterfall"]
     {"step": "reference (d2l)", "kept": True, "s / epoch": 4.0, "spread s": 0.1, "samples/s": 1024.0,
      "x reference": 1.0, "device busy %": 50.0, "note": "the book's loop", "cuda graphs used": None,
      "% of peak": None, "peak precision": "tf32"},
@@ -30,7 +30,7 @@ def _fake_execute(status="ok", error=""):
                     "data_sources": {"fashion-mnist": {"synthetic": True, "detail": "4096 train / 2000 test"}},
                     "measurements": [{"name": "reference test accuracy", "value": 0.80},
                                      {"name": "fast recipe test accuracy", "value": 0.81}]}
-        (out_dir / "12_capstone.json").write_text(json.dumps(recorded))
+        (out_dir / "18_capstone.json").write_text(json.dumps(recorded))
         return {"status": status, "seconds": 1.0, "error": error}
     return execute
 
@@ -57,7 +57,7 @@ def test_a_failing_notebook_fails_the_benchmark(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(bench.runner, "execute", _fake_execute(
         "failed", "AssertionError: the fast recipe lost accuracy: -2.00 pp (more than one point)"))
     assert bench.main([]) == 1
-    assert "FAIL: notebook 12 failed: AssertionError: the fast recipe lost accuracy" in capsys.readouterr().out
+    assert "FAIL: notebook 18 failed: AssertionError: the fast recipe lost accuracy" in capsys.readouterr().out
     assert not (tmp_path / "results" / "bench_capstone.md").exists()
 
 

@@ -2,7 +2,7 @@
 torch.compile, CUDA graphs, TF32, the fused optimizer, the batch finder's memory budget, whether
 the GPU is used at all) decided from a device's description, over a table of the GPUs learners
 get. No GPU needed: each row is the description `devices.describe` reads from torch on that
-device; the live path is tested with torch.cuda faked, and notebooks 07 and 12's decision cells
+device; the live path is tested with torch.cuda faked, and notebooks 10 and 18's decision cells
 run against a fake T4."""
 
 import json
@@ -172,7 +172,7 @@ T4, P100_OLD_WHEEL, CPU = TABLE[0][1], TABLE[1][1] | {"arch_list": OLD_WHEEL}, T
 def test_notebook_07_precisions_skip_with_the_reason(described, available, said, monkeypatch, capsys):
     ns = {"devices": devices, "torch": torch, "device": _as_if_on(monkeypatch, described),
           "fp32_step": None, "autocast_step": None, "fp16_step": None}
-    exec(_cell("07_mixed_precision.ipynb", 'BF16_HW = caps.bf16 == "native"'), ns)
+    exec(_cell("10_mixed_precision.ipynb", 'BF16_HW = caps.bf16 == "native"'), ns)
     assert ns["available"] == available and ns["BF16"] is ("bf16" in available)
     assert said in capsys.readouterr().out
 
@@ -188,7 +188,7 @@ def test_notebook_07_precisions_skip_with_the_reason(described, available, said,
 def test_notebook_12_bars_skip_with_the_reason(described, skipped, graphs, monkeypatch):
     ns = {"devices": devices, "capstone": capstone, "device": _as_if_on(monkeypatch, described),
           "BATCH": 64, "BIG_BATCH": 128, "COMPILE": True}
-    exec(_cell("12_capstone.ipynb", "NEEDS = {"), ns)
+    exec(_cell("18_capstone.ipynb", "NEEDS = {"), ns)
     assert set(ns["skip"]) == set(skipped)
     assert all(why in ns["skip"][bar] for bar, why in skipped.items()), ns["skip"]
     assert dict(ns["changes"][8][1]) == {"compile": graphs}  # "+ CUDA graphs": reduce-overhead on CUDA only

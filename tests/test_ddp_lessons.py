@@ -1,4 +1,4 @@
-"""Notebook 10's no_sync and sharding script (its `%%writefile {LESSONS_PY}` cell), in two real
+"""Notebook 14's no_sync and sharding script (its `%%writefile {LESSONS_PY}` cell), in two real
 gloo processes."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ def _flat(params: list[list[float]]) -> np.ndarray:
 
 
 def test_no_sync_all_reduces_once_per_step_and_sharding_halves_what_each_rank_holds(tmp_path):
-    script = write_script("10_ddp.ipynb", "LESSONS_PY", tmp_path / "ddp_lessons.py")
+    script = write_script("14_ddp.ipynb", "LESSONS_PY", tmp_path / "ddp_lessons.py")
     accum = 3
     r = launch.run(script, ["--accum", accum, "--steps", 3, "--hidden", 64], nprocs=2,
                    stream=False, timeout=240)

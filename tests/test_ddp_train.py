@@ -1,4 +1,4 @@
-"""Notebook 10's DDP training script (the text its `%%writefile {TRAIN_PY}` cell writes), run in
+"""Notebook 14's DDP training script (the text its `%%writefile {TRAIN_PY}` cell writes), run in
 real processes: N ranks reach the weights of one process trained on the global batch."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ SMALL = ["--in-features", 32, "--hidden", 64, "--depth", 2, "--steps-per-epoch",
 
 
 def test_ddp_matches_one_process_on_the_global_batch(tmp_path):
-    script = write_script("10_ddp.ipynb", "TRAIN_PY", tmp_path / "train_ddp.py")
+    script = write_script("14_ddp.ipynb", "TRAIN_PY", tmp_path / "train_ddp.py")
     ddp = launch.run(script, [*SMALL, "--batch", 8], nprocs=2, stream=False, timeout=180)
     one = launch.run(script, [*SMALL, "--batch", 16], nprocs=1, stream=False, timeout=180)
     other = launch.run(script, [*SMALL, "--batch", 8], nprocs=1, stream=False, timeout=180)
@@ -28,7 +28,7 @@ def test_ddp_matches_one_process_on_the_global_batch(tmp_path):
 
 
 def test_a_failing_rank_is_named(tmp_path):
-    script = write_script("10_ddp.ipynb", "TRAIN_PY", tmp_path / "train_ddp.py")
+    script = write_script("14_ddp.ipynb", "TRAIN_PY", tmp_path / "train_ddp.py")
     try:
         launch.run(script, ["--hidden", 16, "--fail-rank", 1], nprocs=2, stream=False, timeout=180)
     except launch.LaunchError as e:

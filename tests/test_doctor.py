@@ -228,4 +228,4 @@ def test_report_text_and_json_schema():
     assert set(d) == {"measured", "findings"}
     assert set(d["findings"][0]) >= {"kind", "evidence", "share", "fix", "notebook"}
     text = doctor.render(mm, found)
-    assert "input-bound" in text and "02_dataloader_workers.ipynb" in text
+    assert "input-bound" in text and "03_dataloader_workers.ipynb" in text

@@ -233,7 +233,7 @@ CASES = [
     case(profiles.Profile, ValueError, r"name must be one of smoke, full .* got 'fast'", "fast"),
     case(profiles.Profile, ValueError, r"name must be one of smoke, full .* got 'auto'", "auto"),
     # --- results ---------------------------------------------------------------------------
-    case(results.Recorder, ValueError, r"notebook must be a non-empty file name like '01_data_loading'", ""),
+    case(results.Recorder, ValueError, r"notebook must be a non-empty file name like '02_data_loading'", ""),
     case(results.Recorder, ValueError, r"notebook must be a non-empty file name .* got 5", 5),
     case(results.Recorder, ValueError, r"no folders\); got '../escape'", "../escape"),
     case(results.Recorder, TypeError, r"profile must be a Profile, a profile name such as 'smoke' or 'full', or None; got 5", "x", profile=5),
@@ -279,7 +279,7 @@ CASES = [
     case(catalog.claim_notebooks, TypeError, r"claim_notebooks: entries must be the list of dicts catalog.load\(\) returns", 5),
     case(catalog.claim_notebooks, ValueError, r"'01_x.ipynb' lists unknown claim\(s\) \['L0'\]",
          [{"file": "01_x.ipynb", "claims": ["L0"]}]),
-    # --- pipelines (notebooks 02-03) --------------------------------------------------------
+    # --- pipelines (notebooks 03-05) --------------------------------------------------------
     case(pipelines.prepare_image_folder, ValueError, r"prepare_image_folder: fmt must be one of 'png', 'jpeg', got 'gif'", 8, fmt="gif"),
     case(pipelines.prepare_image_folder, ValueError, r"n must be an int >= 1, got 0", 0),
     case(pipelines.image_folder, FileNotFoundError, r"root: the image folder '/nonexistent/q' does not exist", "/nonexistent/q"),
@@ -297,7 +297,7 @@ CASES = [
     case(data.TensorBatches, ValueError, r"TensorBatches: device must be .*got 'tpu'", X4, Y4, 2, device="tpu"),
     case(pipelines.WorkerMemorySampler, ValueError, r"WorkerMemorySampler: interval must be a positive finite number of seconds, got 0", interval=0),
     case(models.small_cnn, ValueError, r"small_cnn: width must be an int >= 1, got 0", width=0),
-    # --- training, memory, launch (notebooks 04-12) --------------------------------------------
+    # --- training, memory, launch (notebooks 06-18) --------------------------------------------
     case(training.train, ValueError, r"train: lr_schedule must be one of 'constant', 'linear-decay', 'one-cycle', got 'cosine'",
          torch.nn.Linear(2, 2), [], lr_schedule="cosine", device="cpu"),
     case(training.evaluate, ValueError, r"evaluate: data_iter gave no batches", torch.nn.Linear(2, 2), [], device="cpu"),
@@ -632,7 +632,7 @@ def test_unreadable_results_file_is_warned_about_not_dropped(how, tmp_path):
     lines = md.splitlines()
     start = lines.index(next(line for line in lines if line.startswith("- **L1**")))
     l1 = "\n".join(lines[start + 1:next(i for i in range(start + 1, len(lines)) if lines[i].startswith("- **"))])
-    assert "notebook 02: *results file unreadable*" in l1 and "not run" not in l1, l1
+    assert "notebook 03: *results file unreadable*" in l1 and "not run" not in l1, l1
     assert "Warning" in (tmp_path / "report.html").read_text()
 
 

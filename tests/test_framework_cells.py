@@ -1,4 +1,4 @@
-"""The Lightning and accelerate cells of notebooks 04-07, run with both packages importable.
+"""The Lightning and accelerate cells of notebooks 06-10, run with both packages importable.
 
 Neither package is in the pins (the suite teaches plain PyTorch; each framework cell shows the
 same technique in one, and says "skipped" where it is not installed). A GPU image often has
@@ -26,8 +26,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ["lightning", "lightning-utilities", "torchmetrics", "accelerate", "huggingface_hub",
             "safetensors"]
-NOTEBOOKS = ["04_batch_size_and_accumulation", "05_item_hygiene", "06_device_placement",
-             "07_mixed_precision"]
+NOTEBOOKS = ["06_batch_size_and_accumulation", "07_item_hygiene", "08_device_placement",
+             "10_mixed_precision"]
 
 
 @pytest.fixture(scope="module")

@@ -138,7 +138,7 @@ def test_skip_explore_rerun_everything_and_explore_first(path):
 
 @pytest.mark.timeout(600)
 def test_interrupted_training_cell_runs_again():
-    """Stop notebook 04's learning-rate training mid-run (the kernel's interrupt, as the
+    """Stop notebook 06's learning-rate training mid-run (the kernel's interrupt, as the
     toolbar's stop button does), then run the same cell again: it completes, threads restored."""
     path = next(p for p in NOTEBOOKS if p.name.startswith("04_"))
     nb = ns.read(path)

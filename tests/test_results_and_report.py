@@ -71,7 +71,7 @@ def test_report_shows_every_notebooks_verdict_and_flags_disagreement(tmp_path):
         ("01_test", "holds"), ("03_test", "does not hold here")]
     assert ledger["L4"]["disagree"] and not ledger["L7"]["disagree"]
     # a claim meant for two notebooks, recorded by neither: both listed, without a verdict
-    assert [e["notebook"] for e in ledger["L18"]["entries"]] == ["notebook 04", "notebook 10"]
+    assert [e["notebook"] for e in ledger["L18"]["entries"]] == ["notebook 06", "notebook 14"]
     assert ledger["L18"]["entries"][0]["verdict"] == "no verdict recorded"
     assert rep["counts"]["holds"] == 1 and rep["counts"]["does not hold here"] == 1
     assert rep["counts"]["needs the real data set"] == 1

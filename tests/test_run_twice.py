@@ -6,7 +6,7 @@ the same claims judged. Timings, timing-based verdicts and names that carry a me
 (the best worker count, say) may differ between runs - that is noise,
 not leftover state - so they are not compared.
 
-`make test` runs this for notebook 01 (the one that caches the most on disk: the synthetic data
+`make test` runs this for notebook 02 (the one that caches the most on disk: the synthetic data
 set and an image folder); `make test-twice` (FTG_RUN_TWICE=1) runs it for every notebook, which
 doubles the suite's time.
 """

@@ -18,22 +18,22 @@ LOW_BUSY = 0.50
 MEMORY_PEAK_SHARE = 0.90
 # Measured here: the ops a step dispatches times this machine's measured cost of dispatching one
 # tiny op; at 30 % of the step or more, the per-op overhead is what a bigger batch or fusion saves
-# (on the 2-core CPU: notebook 13's 1024-wide MLP < 1 %, its 40 tiny Linear layers 60-100 %).
+# (on the 2-core CPU: notebook 19's 1024-wide MLP < 1 %, its 40 tiny Linear layers 60-100 %).
 OVERHEAD_SHARE = 0.30
 # The data-wait rule's 5 % (the TensorBoard advisor's), applied to the host's measured sync wait.
 SYNC_STALL_SHARE = 0.05
-# One read per step is what notebook 05 teaches to avoid (log every k steps instead).
+# One read per step is what notebook 07 teaches to avoid (log every k steps instead).
 SYNCS_PER_STEP = 1.0
 
 NOTEBOOKS = {
-    "input-bound": "02_dataloader_workers.ipynb",
-    "sync-bound": "05_item_hygiene.ipynb",
-    "overhead-bound": "04_batch_size_and_accumulation.ipynb",
-    "oversubscribed-threads": "02_dataloader_workers.ipynb",
-    "device-idle": "04_batch_size_and_accumulation.ipynb",
-    "memory-tight": "06_device_placement.ipynb",
-    "compute-bound": "07_mixed_precision.ipynb",
-    "no-tensor-cores": "07_mixed_precision.ipynb",
+    "input-bound": "03_dataloader_workers.ipynb",
+    "sync-bound": "07_item_hygiene.ipynb",
+    "overhead-bound": "06_batch_size_and_accumulation.ipynb",
+    "oversubscribed-threads": "03_dataloader_workers.ipynb",
+    "device-idle": "06_batch_size_and_accumulation.ipynb",
+    "memory-tight": "08_device_placement.ipynb",
+    "compute-bound": "10_mixed_precision.ipynb",
+    "no-tensor-cores": "10_mixed_precision.ipynb",
 }
 
 

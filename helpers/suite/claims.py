@@ -257,8 +257,8 @@ def _l17(utilisation: float, handoff_share: float) -> str:
     return HOLDS if handoff_share >= 0.02 else "holds only when the activations handed over are large"
 
 
-@rule("L18", "final loss of a k x batch with the same vs the scaled lr (notebook 04); DDP vs one process "
-      "on the global batch, and the spread of batch-norm running means between ranks (notebook 10)",
+@rule("L18", "final loss of a k x batch with the same vs the scaled lr (notebook 06); DDP vs one process "
+      "on the global batch, and the spread of batch-norm running means between ranks (notebook 14)",
       "scaled lr ends lower and closer to the small batch; DDP equal to the global batch (< 1e-4) and "
       "BN means differ by > 1e-6 (float32 noise; stated tolerances)",
       ("holds (learning-rate part)", "holds (batch-norm part)", NOT_HERE))
@@ -299,7 +299,7 @@ def _l21(data_loop_kind: str, compute_loop_kind: str, compute_kinds_expected: tu
 @rule("L22", "speed-up bought by code (fast recipe / reference, this machine) vs by hardware (another "
       "device's fast recipe / this machine's, same model width); the cost of a 10-epoch run at stated prices",
       "hardware gain > code gain; 'holds' when the faster device's run also costs no more "
-      "(hourly prices are stated assumptions in notebook 12)",
+      "(hourly prices are stated assumptions in notebook 18)",
       ("needs a run on other hardware", HOLDS,
        "holds only when the time saved is worth the higher price", NOT_HERE))
 def _l22(code_gain: float, hardware_gain: float | None, cost_here: float | None = None,

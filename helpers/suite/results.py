@@ -1,6 +1,6 @@
 """Record a notebook's measurements and claim verdicts as data the report collects.
 
-    rec = Recorder("01_data_loading", profile=P)
+    rec = Recorder("02_data_loading", profile=P)
     rec.measure("batch bytes, float32", 12.5, "MB")
     rec.measure("batch bytes, uint8", 3.1, "MB", ratio=4.0, note="float32 / uint8")
     rec.judge("L3", figure="4.0x less memory per batch", mem_ratio=4.0, copy_gain=2.5)
@@ -29,7 +29,7 @@ class Recorder:
     def __init__(self, notebook: str, profile: Profile | str | None = None,
                  directory: str | Path | None = None) -> None:
         if not isinstance(notebook, str) or not re.fullmatch(r"[A-Za-z0-9][\w.-]*", notebook):
-            raise ValueError("Recorder: notebook must be a non-empty file name like '01_data_loading' "
+            raise ValueError("Recorder: notebook must be a non-empty file name like '02_data_loading' "
                              f"(letters, digits, _ . -; no folders); got {notebook!r}")
         if not (profile is None or isinstance(profile, Profile) or isinstance(profile, str) and profile):
             raise TypeError(f"Recorder: profile must be a Profile, a profile name such as "
