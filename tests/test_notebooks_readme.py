@@ -43,3 +43,37 @@ def test_guide_tells_how_to_reset():
 def test_render_needs_the_markers():
     with pytest.raises(ValueError, match="must hold the markers"):
         catalog.render_readme("no markers here", ENTRIES)
+
+
+def _unit_blocks() -> dict[str, str]:
+    """The guide's "### NN — title" blocks, by notebook number."""
+    parts = re.split(r"^### (\d\d) — .*$", README, flags=re.M)
+    return {num: body.split("\n## ", 1)[0] for num, body in zip(parts[1::2], parts[2::2])}
+
+
+def test_every_unit_has_objectives_and_minutes_and_nothing_else_does():
+    blocks = _unit_blocks()
+    assert sorted(blocks) == sorted(e["file"][:2] for e in ENTRIES)
+    for num, body in blocks.items():
+        assert len(re.findall(r"^- ", body, flags=re.M)) >= 2, f"{num}: at least two objectives"
+        minutes = re.search(r"^Minutes \(estimated, CPU / GPU[^)]*\):(.*)$", body, flags=re.M)
+        assert minutes and re.search(r"\*\*total \d+/\d+\*\*", minutes.group(1)), f"{num}: minutes"
+        sections = re.findall(r"· [^·]*? (\d+)/(\d+)", " · " + minutes.group(1))
+        total = re.search(r"total (\d+)/(\d+)", minutes.group(1))
+        assert sum(int(c) for c, _ in sections[:-1]) == int(total.group(1)), f"{num}: CPU total"
+        assert sum(int(g) for _, g in sections[:-1]) == int(total.group(2)), f"{num}: GPU total"
+
+
+def test_session_plans_name_only_units_that_exist():
+    numbers = {e["file"][:2] for e in ENTRIES}
+    for plan in ("**A 90-minute session**", "**A 3-hour lab**"):
+        table = README.split(plan, 1)[1].split("\n\n", 2)[1]
+        named = set(re.findall(r"\b(\d\d)\b(?! ?[–-]\d)", re.sub(r"^\| [\d–]+ \|", "|", table, flags=re.M)))
+        assert named and named <= numbers, f"{plan}: {sorted(named - numbers)} are not notebooks"
+
+
+def test_old_numbers_map_to_new_ones():
+    """Instructors' notes that use the numbering before the course was renumbered still work."""
+    table = README.split("### The numbering changed", 1)[1].split("\n## ", 1)[0]
+    old = set(re.findall(r"^\| (\d\d) |\| \| (\d\d) ", table, flags=re.M))
+    assert {o for pair in old for o in pair if o} == {f"{i:02d}" for i in range(14)}
