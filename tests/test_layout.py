@@ -26,6 +26,8 @@ TECHNIQUE_CALLS = {
     "DistributedDataParallel": ["init_process_group(", "DistributedDataParallel("],
     "profiling a training loop": ["schedule(", "record_function("],
     "Capstone": ["DataLoader(", "backward()"],
+    "Where training memory goes": ["torch.optim.Adam(", "torch.autocast(", "use_reentrant=False", "torch.no_grad",
+                                   "torch.inference_mode", "SavedTensors()"],
 }
 SHOWN_FROM_A_MODULE = re.compile(r"getsource|%psource|%pycat|%pinfo2|\?\?\s*$", re.M)
 
