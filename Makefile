@@ -18,7 +18,7 @@ help:
 	@echo "make test                     lint + unit tests + notebooks (smoke profile)"
 	@echo "make test-compat              unit tests + notebooks with the oldest supported torch (.venv-compat)"
 	@echo "make test-learner             every notebook re-run, skipped and run as on Colab (CI runs it too)"
-	@echo "make test-load                every notebook alone and beside one busy process (CI runs it too)"
+	@echo "make test-load                every notebook alone and beside one busy process, the thread collapse (CI runs it too)"
 	@echo "make bench                    the capstone benchmark (reference vs fast recipe)"
 	@echo "make reference                on a GPU: full profile + bench, saved to results/reference/"
 	@echo "make lab                      JupyterLab on the notebooks (loopback, token)"
@@ -57,12 +57,13 @@ test-learner: install
 	FTG_PROFILE=smoke $(BIN)/python -m pytest tests -q -m learner
 
 # Every notebook alone, then beside one busy process: slower, never stalled (about 10 minutes on
-# 2 cores; needs the machine otherwise quiet, so not in `make test`; .ci/run calls it).
+# 2 cores; needs the machine otherwise quiet, so not in `make test`; .ci/run calls it); and the
+# collapse of threads past the free cores beside a busy process, as a ratio (benchmarks/).
 test-load: install
-	FTG_PROFILE=smoke $(BIN)/python -m pytest tests/test_under_load.py -q -s -m load
+	FTG_PROFILE=smoke $(BIN)/python -m pytest tests/test_under_load.py benchmarks/test_oversubscription.py -q -s -m load
 
 benchmarks: install   # speed ratios (never absolute times): run on a quiet machine
-	MPLBACKEND=Agg FTG_PROFILE=smoke $(BIN)/python -m pytest benchmarks -q
+	MPLBACKEND=Agg FTG_PROFILE=smoke $(BIN)/python -m pytest benchmarks -q -m "not load"
 
 notebooks: install
 	FTG_PROFILE=smoke $(BIN)/python -m pytest -q --nbval-lax --nbval-current-env \

@@ -86,7 +86,10 @@ def used_names(source: str) -> set[str]:
 
 
 def _parse(source: str) -> ast.AST:
-    # IPython magics and shell escapes are not Python: leave them out of the analysis.
+    # IPython magics and shell escapes are not Python: leave them out of the analysis; a cell that
+    # writes a file (`%%writefile`) runs none of its code in the kernel.
+    if source.lstrip().startswith("%%writefile"):
+        return ast.Module(body=[], type_ignores=[])
     lines = [ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!"))]
     return ast.parse("\n".join(lines))
 

@@ -20,6 +20,7 @@ LAUNCHER_LINES = 150
 # A notebook, found by words of its title, and the calls its own code cells must make.
 TECHNIQUE_CALLS = {
     "DataLoader workers": ["DataLoader(", "num_workers="],
+    "CPU threads": ["cpu_threads(", "devices.share(", "OMP_WAIT_POLICY", "OMP_NUM_THREADS", "num_workers="],
     "GPU data pipelines": ["flip("],
     "Batch size and gradient accumulation": ["OutOfMemoryError"],
     "Mixed precision": ["torch.autocast(", "scaler.scale(", "scaler.step(", "scaler.update("],
