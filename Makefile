@@ -52,9 +52,11 @@ unit: install
 # Every notebook as a learner uses it (about 15 minutes on 2 cores, so not in `make test`;
 # .ci/run calls it): every notebook in JupyterLab + headless Chromium (the browser test), skip
 # the Explore sections, run everything again, Explore right after the setup; and notebooks 00,
-# 04 and 12 the way Colab/Kaggle run them, from an empty folder.
+# 06 and 18 the way Colab/Kaggle run them, from an empty folder; and the capstone benchmark
+# (notebook 18 again, timed: benchmarks/test_capstone_ratio.py).
 test-learner: install
 	FTG_PROFILE=smoke $(BIN)/python -m pytest tests -q -m learner
+	MPLBACKEND=Agg FTG_PROFILE=smoke $(BIN)/python -m pytest benchmarks -q -m learner
 
 # Every notebook alone, then beside one busy process: slower, never stalled (about 10 minutes on
 # 2 cores; needs the machine otherwise quiet, so not in `make test`; .ci/run calls it); and the
@@ -63,7 +65,7 @@ test-load: install
 	FTG_PROFILE=smoke $(BIN)/python -m pytest tests/test_under_load.py benchmarks/test_oversubscription.py -q -s -m load
 
 benchmarks: install   # speed ratios (never absolute times): run on a quiet machine
-	MPLBACKEND=Agg FTG_PROFILE=smoke $(BIN)/python -m pytest benchmarks -q -m "not load"
+	MPLBACKEND=Agg FTG_PROFILE=smoke $(BIN)/python -m pytest benchmarks -q -m "not load and not learner"
 
 notebooks: install
 	FTG_PROFILE=smoke $(BIN)/python -m pytest -q --nbval-lax --nbval-current-env \

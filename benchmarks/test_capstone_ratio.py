@@ -29,6 +29,7 @@ def _run_bench(tmp_path, monkeypatch, argv: list[str]) -> list[dict]:
 
 
 @pytest.mark.benchmark
+@pytest.mark.learner  # notebook 18 run a second time (make test runs it once): `make test-learner`
 def test_in_memory_uint8_beats_the_reference_loader(tmp_path, monkeypatch):
     # smoke profile (one CPU thread: shared cores make threads noisy); 3 timed epochs, so that
     # the keep rule's spread is measured
