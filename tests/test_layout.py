@@ -26,6 +26,8 @@ TECHNIQUE_CALLS = {
     "DistributedDataParallel": ["init_process_group(", "DistributedDataParallel("],
     "profiling a training loop": ["schedule(", "record_function("],
     "Capstone": ["DataLoader(", "backward()"],
+    "Attention and variable-length sequences": ["scaled_dot_product_attention(", "sdpa_kernel(", "ignore_index=",
+                                                "create_block_mask("],
 }
 SHOWN_FROM_A_MODULE = re.compile(r"getsource|%psource|%pycat|%pinfo2|\?\?\s*$", re.M)
 
