@@ -29,6 +29,8 @@ TECHNIQUE_CALLS = {
     "Capstone": ["DataLoader(", "backward()"],
     "Where training memory goes": ["torch.optim.Adam(", "torch.autocast(", "use_reentrant=False", "torch.no_grad",
                                    "torch.inference_mode", "SavedTensors()"],
+    "Attention and variable-length sequences": ["scaled_dot_product_attention(", "sdpa_kernel(", "ignore_index=",
+                                                "create_block_mask("],
 }
 SHOWN_FROM_A_MODULE = re.compile(r"getsource|%psource|%pycat|%pinfo2|\?\?\s*$", re.M)
 
