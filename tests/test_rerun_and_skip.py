@@ -140,7 +140,7 @@ def test_skip_explore_rerun_everything_and_explore_first(path):
 def test_interrupted_training_cell_runs_again():
     """Stop notebook 06's learning-rate training mid-run (the kernel's interrupt, as the
     toolbar's stop button does), then run the same cell again: it completes, threads restored."""
-    path = next(p for p in NOTEBOOKS if p.name.startswith("04_"))
+    path = next(p for p in NOTEBOOKS if p.name.startswith("06_"))
     nb = ns.read(path)
     setup, secs = ns.sections(nb)
     train = next(i for s in secs for i in s.code if "training.train(" in nb.cells[i].source

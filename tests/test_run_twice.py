@@ -34,10 +34,10 @@ def _signature(results_file: Path) -> tuple:
             sorted(r["data_sources"]))
 
 
-@pytest.mark.learner  # a whole notebook run twice: `make test-learner` (01), `make test-twice` (all)
+@pytest.mark.learner  # a whole notebook run twice: `make test-learner` (02), `make test-twice` (all)
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_second_run_gives_the_same_results(name, tmp_path, monkeypatch):
-    if not ALL and not name.startswith("01_"):
+    if not ALL and not name.startswith("02_"):
         pytest.skip("every notebook twice only with FTG_RUN_TWICE=1 (make test-twice)")
     monkeypatch.setenv("FTG_PROFILE", "smoke")
     monkeypatch.setenv("FTG_DATA_DIR", str(tmp_path / "data"))  # shared by both runs
