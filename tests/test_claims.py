@@ -34,7 +34,7 @@ COPY = "holds only when the copy is large enough to be bandwidth-bound"
 READ, PRE = "holds only when reading, not the CPU, is the slow step", "holds only when the preprocessing is a large part of the epoch"
 STEP, BOUND = "holds only when the training step is fast next to the CPU pipeline", "holds only when the model is large enough to be compute-bound"
 LARGE, MANY = "holds only when the activations handed over are large", "holds only when the loop runs over many elements"
-LR, BN, PRICE = "holds (learning-rate part)", "mechanism shown (batch-norm part)", "holds only when the time saved is worth the higher price"
+LR, BN = "holds (learning-rate part)", "mechanism shown (batch-norm part)"
 
 # claim -> [(threshold, measurements made from the probed value x, outcome just below, outcome just above)]
 EDGES = {
@@ -47,8 +47,10 @@ EDGES = {
     "L4": [("gain", lambda x: {"in_ram_gain": x, "read_share": 0.6}, NOT_HERE, HOLDS),
            ("read", lambda x: {"in_ram_gain": 1.0, "read_share": x}, READ, NOT_HERE)],
     "L5": [("gain", lambda x: {"gain": x}, PRE, HOLDS), ("some", lambda x: {"gain": x}, NOT_HERE, PRE)],
-    "L6": [("epoch", lambda x: {"on_gpu": True, "epoch_ratio": x, "feed_ratio": 50}, STEP, HOLDS),
-           ("feed", lambda x: {"on_gpu": True, "epoch_ratio": 3, "feed_ratio": x}, NOT_HERE, STEP)],
+    "L6": [("epoch", lambda x: {"on_gpu": True, "decodes_on_device": True, "epoch_ratio": x, "feed_ratio": 50},
+            STEP, HOLDS),
+           ("feed", lambda x: {"on_gpu": True, "decodes_on_device": True, "epoch_ratio": 3, "feed_ratio": x},
+            NOT_HERE, STEP)],
     "L7": [("drop", lambda x: {"synthetic": False, "worst_mean_drop": x, "seed_spread": 0.0}, NOT_HERE, HOLDS),
            ("spread", lambda x: {"synthetic": False, "worst_mean_drop": 0.05, "seed_spread": 0.05 / x}, NOT_HERE, HOLDS)],
     "L8": [("equal", lambda x: {"diff_mlp": x, "diff_gn": 1e-7, "diff_bn": 0.05}, SHOWN, NOT_SHOWN),
@@ -67,15 +69,15 @@ EDGES = {
     "L18": [("equal", lambda x: {"ddp_vs_global": x, "bn_spread": 1e-3}, BN, NOT_SHOWN),
             ("differs", lambda x: {"ddp_vs_global": 1e-7, "bn_spread": x}, NOT_SHOWN, BN)],
     "L20": [("ratio", lambda x: {"ratio": x}, MANY, HOLDS), ("some", lambda x: {"ratio": x}, NOT_HERE, MANY)],
-    "L22": [("margin", lambda x: {"code_gain": 3.0, "hardware_gain": 3.0 * x, "cost_here": 1.0, "cost_other": 0.5},
-             NOT_HERE, HOLDS)],
+    "L22": [("margin", lambda x: {"code_gain": 3.0, "hardware_gain": 3.0 * x}, NOT_HERE, HOLDS)],
     "L23": [("drop", lambda x: {"gpus": 2, "acc_one": 0.9, "acc_two": 0.9 - x}, NOT_HERE, HOLDS)],
 }
 
 # Outcomes decided by no number: a missing device or data set, a fact, a comparison of two measurements.
 CASES: dict[str, list[tuple[dict, str]]] = {
     "L3": [({"copy_gain": None}, GPU)],
-    "L6": [({"on_gpu": False, "epoch_ratio": 20, "feed_ratio": 50}, GPU)],
+    "L6": [({"on_gpu": False, "decodes_on_device": True, "epoch_ratio": 20, "feed_ratio": 50}, GPU),
+           ({"on_gpu": True, "decodes_on_device": False, "epoch_ratio": 20, "feed_ratio": 50}, claims.DECODER)],
     "L7": [({"synthetic": True, "worst_mean_drop": 0.1, "seed_spread": 0.0}, REAL_DATA)],
     "L10": [({"on_gpu": False, "round_trip_vs_on_device": None}, GPU)],
     "L11": [({"on_gpu": False, "slowdown": 1.0}, GPU)],
@@ -94,8 +96,7 @@ CASES: dict[str, list[tuple[dict, str]]] = {
               "compute_kinds_expected": ("gpu-bound", "launch-bound")}, SHOWN),
             ({"data_loop_kind": "cpu-compute-bound", "compute_loop_kind": "cpu-compute-bound",
               "compute_kinds_expected": ("cpu-compute-bound",)}, NOT_SHOWN)],
-    "L22": [({"code_gain": 3.0, "hardware_gain": None}, "needs a run on other hardware"),
-            ({"code_gain": 3.0, "hardware_gain": 40.0, "cost_here": 1.0, "cost_other": 2.0}, PRICE)],
+    "L22": [({"code_gain": 3.0, "hardware_gain": None}, "needs a run on other hardware")],
     "L23": [({"gpus": 1, "acc_one": 0.9, "acc_two": None}, GPUS2)],
 }
 
