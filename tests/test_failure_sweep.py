@@ -617,14 +617,14 @@ def _damage_results(path: Path, how: str) -> None:
 def test_unreadable_results_file_is_warned_about_not_dropped(how, tmp_path):
     res = tmp_path / "results"
     results.Recorder("01_x", directory=res).measure("kept", 1.0, "s")
-    bad = results.Recorder("02_y", directory=res)
-    bad.verdict("L1", "holds", figure="2x")
+    bad = results.Recorder("03_y", directory=res)
+    bad.judge("L1", figure="2x", gain=2.0, past_vs_within=2.0)
     _damage_results(bad.path, how)
-    with pytest.warns(UserWarning, match=r"02_y.json"):
+    with pytest.warns(UserWarning, match=r"03_y.json"):
         report.write(tmp_path)
     md = (tmp_path / "report.md").read_text()
     assert "## Warning: results files that could not be read" in md
-    warning = next(line for line in md.splitlines() if "02_y.json" in line)
+    warning = next(line for line in md.splitlines() if "03_y.json" in line)
     assert {"truncated": "truncated or not JSON", "empty": "is empty", "not UTF-8": "not UTF-8",
             "not a results file": "not a results file"}[how] in warning
     assert "## 01_x" in md  # the readable file is still reported
