@@ -103,7 +103,7 @@ def test_report_files_relative_links_no_markdown_in_html(tmp_path):
     assert "(notebooks disagree)" in md and "1,234" in md and "10.00x" in md
     verdicts, mechanisms = md.split("## Claims ledger: verdicts", 1)[1].split("## Mechanisms", 1)
     assert "**L4**" in verdicts and "**L9**" in mechanisms and "**L9**" not in verdicts
-    assert "demonstrated, not tested" in mechanisms and "measured: in_ram_gain = 10.0" in verdicts
+    assert "demonstrated, not tested" in mechanisms and "measured: in_ram_gain = 10; read_share = 0.1" in verdicts
     assert "](results/figures/02_test__bars.png)" in md           # relative to report.md
     assert "](notebooks/02_test.html)" in md                      # the nbconvert copy
     assert str(tmp_path) not in md

@@ -26,7 +26,7 @@ from .claims import CLAIMS, RULES, VERDICT_KINDS, kind_of
 from .results import load_all
 
 NOT_RUN = "no verdict recorded"
-DECIDED = ("holds", "holds only when", "does not hold here", "mechanism shown", "mechanism not shown here")
+DECIDED = ("holds", "holds only when", "does not hold here")  # notebooks that differ on these disagree
 COLOURS = {"holds": "#c8e6c9", "holds only when": "#fff3c4", "does not hold here": "#f8c8c8",  # by kind
            "mechanism shown": "#cfe3f7", "mechanism not shown here": "#f8c8c8", NOT_RUN: "#eeeeee"}
 
@@ -143,7 +143,7 @@ def _img(figure: dict[str, Any]) -> str:
 _TEMPLATES = jinja2.Environment(loader=jinja2.PackageLoader("helpers.suite", "templates"),
                                 autoescape=jinja2.select_autoescape(["html"]), trim_blocks=True,
                                 lstrip_blocks=True, keep_trailing_newline=True)
-_TEMPLATES.filters.update(img=_img, colour=lambda kind: COLOURS.get(kind, "#e4daf2"))  # else: needs ...
+_TEMPLATES.filters.update(img=_img, fmt=_fmt, colour=lambda kind: COLOURS.get(kind, "#e4daf2"))  # else: needs
 
 
 def render(rep: dict[str, Any], *where: Path | None, fmt: str = "md") -> str:
