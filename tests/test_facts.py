@@ -82,7 +82,7 @@ CORRECTED = [
     ("08", "it may reduce fragmentation in some cases", f"{PT}/generated/torch.cuda.empty_cache.html"),
     ("08", "releases only cached blocks that hold no tensor", f"{PT}/notes/cuda.html#memory-management"),
     ("08", "the copy overlaps compute only on a second stream", f"{PT}/notes/cuda.html#cuda-streams"),
-    ("08", "Keep `empty_cache()` out of the per-step loop", f"{PT}/generated/torch.cuda.empty_cache.html"),
+    ("08", "so a per-step loop has no use for it", f"{PT}/generated/torch.cuda.empty_cache.html"),
     ("10", "Every variant below uses the *same* optimizer (plain SGD, nothing fused)", None),
     ("10", "no CPU-GPU synchronisation inside", f"{PT}/notes/cuda.html#constraints"),
     ("10", "private memory pool kept for the graph's replays",

@@ -238,11 +238,10 @@ CASES = [
     case(results.Recorder, ValueError, r"no folders\); got '../escape'", "../escape"),
     case(results.Recorder, TypeError, r"profile must be a Profile, a profile name such as 'smoke' or 'full', or None; got 5", "x", profile=5),
     case(results.Recorder, TypeError, r"profile must be a Profile, a profile name .* got ''", "x", profile=""),
-    case(recorder("verdict"), ValueError, r"unknown claim 'L99'; valid ids are L1 ... L23", "L99", "holds", figure="1x"),
-    case(recorder("verdict"), ValueError, r"unknown claim 3", 3, "holds", figure="1x"),
-    case(recorder("verdict"), ValueError, r"must start with one of holds, holds only when, does not hold here, advice, needs a GPU, needs >=2 GPUs, needs the real data set, needs a run on other hardware; got 'true'", "L1", "true", figure="1x"),
-    case(recorder("verdict"), ValueError, r"must start with one of holds, .*; got 5", "L1", 5, figure="1x"),
-    case(recorder("verdict"), ValueError, r"figure must be the measured figure behind it", "L1", "holds", figure=""),
+    case(recorder("judge"), ValueError, r"unknown claim 'L99'; valid ids are L1 ... L23", "L99", figure="1x"),
+    case(recorder("judge"), ValueError, r"unknown claim 3", 3, figure="1x"),
+    case(recorder("judge"), TypeError, r"judge\('L10'\): the rule compares time of .*unexpected keyword", "L10", figure="1x", speed=2),
+    case(recorder("judge"), ValueError, r"figure must be the measured figure behind it", "L5", figure="", gain=2.0),
     case(recorder("measure"), ValueError, r"value for 'a' is NaN", "a", float("nan"), "s"),
     case(recorder("measure"), TypeError, r"value for 'a' must be a number, got 'fast'", "a", "fast", "s"),
     case(recorder("measure"), ValueError, r"unit must be a string such as 's' or 'samples/s', got 5", "a", 1, 5),
@@ -608,7 +607,7 @@ def _damage_results(path: Path, how: str) -> None:
     elif how == "empty":
         path.write_bytes(b"")
     elif how == "not UTF-8":
-        path.write_bytes(b'{"notebook": "03_y", "x": "\xff\xfe"}')
+        path.write_bytes(b'{"notebook": "02_y", "x": "\xff\xfe"}')
     else:  # valid JSON, but not a results file
         path.write_text("[1, 2, 3]")
 
@@ -619,7 +618,7 @@ def test_unreadable_results_file_is_warned_about_not_dropped(how, tmp_path):
     res = tmp_path / "results"
     results.Recorder("01_x", directory=res).measure("kept", 1.0, "s")
     bad = results.Recorder("03_y", directory=res)
-    bad.verdict("L1", "holds", figure="2x")
+    bad.judge("L1", figure="2x", gain=2.0, past_vs_within=2.0)
     _damage_results(bad.path, how)
     with pytest.warns(UserWarning, match=r"03_y.json"):
         report.write(tmp_path)

@@ -9,34 +9,37 @@ from helpers.suite.results import Recorder, load_all
 
 
 def test_recorder_writes_measurements_and_verdicts(tmp_path, capsys):
-    rec = Recorder("02_test", profile="smoke", directory=tmp_path)
+    rec = Recorder("01_test", profile="smoke", directory=tmp_path)
     rec.data_source("fashion-mnist", synthetic=True)
     rec.measure("uint8 batch", 3.1, "MB", ratio=4.0, note="float32 / uint8")
     assert rec.measure("uint8 batch", 3.2, "MB") is None  # replaces, not duplicates; no Out[] echo
-    assert rec.judge("L3", figure="4.0x less memory", mem_ratio=4.0, copy_gain=3.0) == "holds"
+    assert rec.judge("L3", figure="uint8 copies 3x faster", copy_gain=3.0) == "holds"
     fig, ax = plt.subplots()
     ax.plot([1, 2])
     assert rec.figure(fig, "curve") is None  # a cell ending with it prints no file path
-    saved = json.loads((tmp_path / "02_test.json").read_text())
+    saved = json.loads((tmp_path / "01_test.json").read_text())
     assert [m["value"] for m in saved["measurements"]] == [3.2]
     assert saved["verdicts"][0]["synthetic_data"] is True
-    assert saved["verdicts"][0]["measured"] == {"mem_ratio": 4.0, "copy_gain": 3.0}
-    assert "physical" in saved["verdicts"][0]["rule"]
-    assert (tmp_path / "figures" / "02_test__curve.png").exists()
-    assert "[verdict] L3 - holds" in capsys.readouterr().out
-    assert load_all(tmp_path)[0]["notebook"] == "02_test"
+    assert saved["verdicts"][0]["measured"] == {"copy_gain": 3.0}
+    assert "half the 4x fewer bytes" in saved["verdicts"][0]["rule"]
+    assert (tmp_path / "figures" / "01_test__curve.png").exists()
+    out = capsys.readouterr().out  # the outcome, its rule in words with each threshold, the figures
+    assert "[verdict] L3 - holds: uint8 copies 3x faster" in out
+    assert "rule: holds when the float32 copy takes >= 2x" in out and ">= 1.1x" in out and "copy_gain = 3" in out
+    rec.judge("L16", figure="strict load fails", prefix_load_failed=True)
+    out = capsys.readouterr().out
+    assert "[mechanism] L16 - mechanism shown" in out and "demonstrated, not tested" in out
+    assert load_all(tmp_path)[0]["notebook"] == "01_test"
 
 
 def test_recorder_rejects_bad_input(tmp_path):
     rec = Recorder("x", directory=tmp_path)
     with pytest.raises(ValueError, match="unknown claim"):
-        rec.verdict("L99", "holds", figure="1")
-    with pytest.raises(ValueError, match="must start with one of"):
-        rec.verdict("L1", "probably", figure="1")
+        rec.judge("L99", figure="1")
     with pytest.raises(ValueError, match="measured figure"):
-        rec.verdict("L1", "holds", figure="")
-    with pytest.raises(ValueError, match="not one that its rule can give"):
-        rec.verdict("L1", "holds only when the moon is full", figure="1")
+        rec.judge("L5", figure="", gain=2.0)
+    with pytest.raises(TypeError, match="the rule compares"):
+        rec.judge("L5", figure="1", speed=2.0)
     with pytest.raises(ValueError, match="NaN"):
         rec.measure("x", float("nan"), "s")
     with pytest.raises(ValueError, match="non-empty"):
@@ -47,12 +50,13 @@ def _two_notebooks(tmp_path):
     res = tmp_path / "results"
     rec = Recorder("02_test", profile="smoke", directory=res)
     rec.measure("samples/s, in memory", 1234.5, "samples/s", ratio=10.0, note="vs disk")
-    rec.judge("L4", figure="10x", in_ram_gain=10.0, read_share=0.1, ramdisk_gain=1.0)
+    rec.judge("L4", figure="10x", in_ram_gain=10.0, read_share=0.1)
     fig, ax = plt.subplots()
     ax.bar([0], [1])
     rec.figure(fig, "bars")
     other = Recorder("05_test", profile="smoke", directory=res)
-    other.judge("L4", figure="1.05x", in_ram_gain=1.05, read_share=0.1)
+    other.judge("L4", figure="1.05x", in_ram_gain=1.05, read_share=0.6)
+    other.judge("L9", figure="graph kept", graph_bytes=1e6, after_backward_bytes=10.0)
     other.judge("L7", figure="drop", synthetic=True, worst_mean_drop=0.0, seed_spread=0.0)
     (tmp_path / "run.json").write_text(json.dumps({"notebooks": {"02_test": {"status": "ok", "seconds": 3}}}))
     nbdir = tmp_path / "notebooks"
@@ -75,8 +79,9 @@ def test_report_shows_every_notebooks_verdict_and_flags_disagreement(tmp_path):
     assert ledger["L18"]["entries"][0]["verdict"] == "no verdict recorded"
     assert rep["counts"]["holds"] == 1 and rep["counts"]["does not hold here"] == 1
     assert rep["counts"]["needs the real data set"] == 1
-    assert "1.2x files" in ledger["L4"]["rule"]  # the rule's threshold travels with the verdict
+    assert ">= 1.2x the samples/s" in ledger["L4"]["rule"]  # the rule's threshold travels with the verdict
     assert ledger["L18"]["notebooks"] == ["06", "14"]  # from the catalog, the one source
+    assert ledger["L9"]["kind"] == "mechanism" and rep["counts"]["mechanism shown"] == 1
 
 
 def test_report_without_a_catalog_lists_only_recorded_verdicts(tmp_path, monkeypatch):
@@ -96,6 +101,9 @@ def test_report_files_relative_links_no_markdown_in_html(tmp_path):
     for cid in CLAIMS:
         assert f"**{cid}**" in md
     assert "(notebooks disagree)" in md and "1,234" in md and "10.00x" in md
+    verdicts, mechanisms = md.split("## Claims ledger: verdicts", 1)[1].split("## Mechanisms", 1)
+    assert "**L4**" in verdicts and "**L9**" in mechanisms and "**L9**" not in verdicts
+    assert "demonstrated, not tested" in mechanisms and "measured: in_ram_gain = 10; read_share = 0.1" in verdicts
     assert "](results/figures/02_test__bars.png)" in md           # relative to report.md
     assert "](notebooks/02_test.html)" in md                      # the nbconvert copy
     assert str(tmp_path) not in md
@@ -111,10 +119,10 @@ def test_report_files_relative_links_no_markdown_in_html(tmp_path):
 
 def test_report_shows_reference_runs(tmp_path):
     ref_dir = tmp_path / "ref"
-    rec = Recorder("02_test", profile="full", directory=ref_dir)
+    rec = Recorder("01_test", profile="full", directory=ref_dir)
     rec.measure("samples/s, in memory", 99999, "samples/s")
-    rec.verdict("L4", "holds", figure="50x on GPU")
-    here = Recorder("02_test", profile="smoke", directory=tmp_path / "here")
+    rec.judge("L4", figure="50x on GPU", in_ram_gain=50.0, read_share=0.5)
+    here = Recorder("01_test", profile="smoke", directory=tmp_path / "here")
     here.measure("samples/s, in memory", 1000, "samples/s")
     rep = report.build(load_all(tmp_path / "here"), references=[("h100-2026", load_all(ref_dir))])
     md = report.render(rep, tmp_path)

@@ -1,9 +1,11 @@
-"""The claims ledger, and the one rule per claim that turns measurements into its verdict: the
-quantities it compares, its thresholds and their source (the article's number, a physical fact or
-a stated tolerance), every verdict it can return (tests/test_claims.py reaches each). Notebooks
-call `judge` through `Recorder.judge`; the report shows the rule beside the verdict.
+"""The claims ledger, and the one rule per claim that turns measurements into its outcome. A rule
+declares its kind: a *verdict* compares measurements with thresholds and could have gone either way;
+a *mechanism* is fixed by PyTorch's design: demonstrated, not tested ("mechanism not shown here"
+means the demonstration broke). Thresholds are data (`Rule.limits`): `decide` reads them,
+`Rule.threshold` writes them into the rule's plain words (printed with every outcome), and
+tests/test_claims.py pins each one and probes just either side of it.
 
-    verdict = judge("L3", mem_ratio=4.0, copy_gain=None)   # -> "needs a GPU"
+    verdict = judge("L3", copy_gain=None)   # -> "needs a GPU"
 """
 
 from __future__ import annotations
@@ -39,230 +41,236 @@ CLAIMS: dict[str, str] = {
     "L23": "d2l ResNet-18 on Fashion-MNIST: 1 GPU 0.93 acc at 12.2 s/epoch; 2 GPUs batch 512 lr 0.2 faster but accuracy dropped.",
 }
 
-# Verdicts start with one of these; "holds only when" is followed by the condition.
-VERDICT_KINDS = ("holds", "holds only when", "does not hold here", "advice", "needs a GPU", "needs >=2 GPUs",
-                 "needs the real data set", "needs a run on other hardware")
-
-HOLDS, NOT_HERE = "holds", "does not hold here"
+HOLDS, NOT_HERE, SHOWN, NOT_SHOWN = "holds", "does not hold here", "mechanism shown", "mechanism not shown here"
 GPU, GPUS2, REAL_DATA = "needs a GPU", "needs >=2 GPUs", "needs the real data set"
+DECODER = "needs a GPU decoder (DALI or nvJPEG)"
+# An outcome starts with one of these; "holds only when" is followed by the condition.
+VERDICT_KINDS = (HOLDS, "holds only when", NOT_HERE, "inconclusive", SHOWN, NOT_SHOWN, GPU, GPUS2, REAL_DATA,
+                 DECODER, "needs a run on other hardware")
 
 
 def kind_of(verdict: str) -> str:
-    """The verdict's kind: the longest of `VERDICT_KINDS` it starts with."""
+    """The outcome's kind: the longest of `VERDICT_KINDS` it starts with."""
     return max((k for k in VERDICT_KINDS if verdict.startswith(k)), key=len, default="")
 
 
 @dataclass(frozen=True)
 class Rule:
     claim: str
+    kind: str                     # "verdict", "mechanism", or "both" (one half of each)
     compares: str                 # the measured quantities, in words
-    threshold: str                # each number, and where it comes from
-    verdicts: tuple[str, ...]     # every verdict `decide` can return
-    decide: Callable[..., str]
-    advice: bool = False          # advice, not a measurable statement: verdicts say "advice"
+    text: str                     # the rule in plain words; {name} stands for limits[name]
+    limits: dict[str, float]      # the thresholds: `decide` reads them, the text prints them
+    verdicts: tuple[str, ...]     # every outcome `decide` can return
+    decide: Callable[..., str]    # decide(limits, **measured)
+
+    @property
+    def threshold(self) -> str:
+        """The rule in plain words with its thresholds filled in."""
+        return self.text.format(**self.limits)
 
 
 RULES: dict[str, Rule] = {}
 
 
-def rule(claim: str, compares: str, threshold: str, verdicts: tuple[str, ...],
-         advice: bool = False) -> Callable:
+def rule(claim: str, kind: str, compares: str, text: str, limits: dict[str, float],
+         verdicts: tuple[str, ...]) -> Callable:
     """Register the decorated function as `claim`'s `Rule.decide`."""
-    return lambda decide: RULES.setdefault(claim, Rule(claim, compares, threshold, verdicts, decide, advice))
+    return lambda decide: RULES.setdefault(claim, Rule(claim, kind, compares, text, limits, verdicts, decide))
 
 
 def judge(claim: str, **measured: Any) -> str:
-    """The verdict on `claim` from the measured quantities its rule names."""
+    """The outcome for `claim` from the measured quantities its rule names."""
     if (r := RULES.get(claim)) is None:
         raise ValueError(f"judge: unknown claim {claim!r}; valid ids are L1 ... L{len(CLAIMS)}")
     try:
-        verdict = r.decide(**measured)
+        verdict = r.decide(r.limits, **measured)
     except TypeError as e:
         raise TypeError(f"judge({claim!r}): the rule compares {r.compares}; {e}") from None
     assert verdict in r.verdicts, f"rule {claim} returned {verdict!r}, not one of its verdicts"
     return verdict
 
 
+def _tiers(x: float, hi: float, lo: float, only: str) -> str:
+    """Holds at `hi` or more, the condition `only` at `lo` or more, else does not hold here."""
+    return HOLDS if x >= hi else only if x >= lo else NOT_HERE
+
+
 # Run-to-run noise on a shared machine is several percent; ratios within 10 % of 1 are "no change".
-NOISE = "10 % tolerance for run-to-run noise"
+NOISE = "10 %: run-to-run noise"
+V, M = "verdict", "mechanism"
 
 
-@rule("L1", "samples/s of the best worker count vs 0 workers; best past the cores vs best up to them",
-      f"gain >= 1.1 ({NOISE}); past-the-cores >= 1.1x the best within them for 'holds'",
+@rule("L1", V, "samples/s of the best worker count vs 0 workers; best past the usable cores vs best up to them",
+      "holds when the best worker count gives >= {gain}x the samples/s of 0 workers and going past the usable "
+      "cores gives >= {past}x the best within them; a gain only up to the cores: holds only when workers <= "
+      f"usable cores; under {{gain}}x: does not hold here ({NOISE})", {"gain": 1.1, "past": 1.1},
       (NOT_HERE, HOLDS, "holds only when workers <= usable cores"))
-def _l1(gain: float, past_vs_within: float | None) -> str:
-    if gain < 1.1:
+def _l1(t: dict, gain: float, past_vs_within: float | None) -> str:
+    if gain < t["gain"]:
         return NOT_HERE
-    if past_vs_within is not None and past_vs_within > 1.1:
-        return HOLDS
-    return "holds only when workers <= usable cores"
+    return HOLDS if past_vs_within is not None and past_vs_within >= t["past"] else \
+        "holds only when workers <= usable cores"
 
 
-@rule("L2", "physical memory loading added vs workers x prefetch x batch (the article's arithmetic)",
-      "within a factor 2 of the arithmetic (stated tolerance); above it while growing with the batch: lower bound",
-      (HOLDS, "holds only when read as a lower bound", NOT_HERE))
-def _l2(added_vs_arithmetic: float, added_growth_mb: float) -> str:
-    if 0.5 <= added_vs_arithmetic <= 2:
+@rule("L2", V, "physical memory loading added / workers x prefetch x batch bytes (the article's arithmetic); "
+      "its growth with the batch",
+      "holds when the added memory is {low}x to {high}x the arithmetic (stated tolerance); above {high}x and "
+      "growing with the batch by > {growth_mb} MB: holds only when read as a lower bound; else does not hold here",
+      {"low": 0.5, "high": 2, "growth_mb": 0}, (HOLDS, "holds only when read as a lower bound", NOT_HERE))
+def _l2(t: dict, added_vs_arithmetic: float, added_growth_mb: float) -> str:
+    if t["low"] <= added_vs_arithmetic <= t["high"]:
         return HOLDS
-    if added_vs_arithmetic > 2 and added_growth_mb > 0:
+    if added_vs_arithmetic > t["high"] and added_growth_mb > t["growth_mb"]:
         return "holds only when read as a lower bound"
     return NOT_HERE
 
 
-@rule("L3", "batch bytes float32 / uint8, and host-to-device copy time float32 / uint8 (pinned)",
-      "memory >= 3.5x (physical: 4 bytes vs 1; the article says ~5x); copy >= 2x (half the 4x bytes, "
-      f"stated tolerance) for 'holds', >= 1.1x ({NOISE}) for 'holds only when'",
-      (GPU, HOLDS, "holds only when the copy is large enough to be bandwidth-bound", NOT_HERE))
-def _l3(mem_ratio: float, copy_gain: float | None) -> str:
-    if mem_ratio < 3.5:
-        return NOT_HERE
-    if copy_gain is None:
-        return GPU
-    if copy_gain >= 2:
+@rule("L3", V, "host-to-device copy time, float32 batch / uint8 batch normalised on the device (pinned); "
+      "the 4x less memory is the dtype sizes (4 bytes vs 1), a fact shown, not judged",
+      "holds when the float32 copy takes >= {copy}x the uint8 one (half the 4x fewer bytes: stated tolerance); "
+      f">= {{some}}x: holds only when the copy is large enough to be bandwidth-bound ({NOISE}); else does not hold here",
+      {"copy": 2, "some": 1.1}, (GPU, HOLDS, "holds only when the copy is large enough to be bandwidth-bound", NOT_HERE))
+def _l3(t: dict, copy_gain: float | None) -> str:
+    return GPU if copy_gain is None else _tiers(copy_gain, t["copy"], t["some"],
+                                                "holds only when the copy is large enough to be bandwidth-bound")
+
+
+@rule("L4", V, "samples/s with the encoded files held in RAM vs read from the files, the same decode and "
+      "transforms on both (one change); the share of a sample's time spent reading",
+      "holds when holding the files in RAM gives >= {gain}x the samples/s (20 %: beyond run-to-run noise); a "
+      "smaller gain while reading is < {read} of a sample's time: holds only when reading is the slow step (the "
+      "article's caveat: the CPU is the bottleneck); a smaller gain while reading is >= {read}: does not hold here",
+      {"gain": 1.2, "read": 0.25}, (HOLDS, "holds only when reading, not the CPU, is the slow step", NOT_HERE))
+def _l4(t: dict, in_ram_gain: float, read_share: float) -> str:
+    if in_ram_gain >= t["gain"]:
         return HOLDS
-    return "holds only when the copy is large enough to be bandwidth-bound" if copy_gain >= 1.1 else NOT_HERE
+    return "holds only when reading, not the CPU, is the slow step" if read_share < t["read"] else NOT_HERE
 
 
-@rule("L4", "samples/s with the data held in RAM vs read from files; share of a sample's time spent "
-      "reading; RAM disk vs files (when measured)",
-      "in RAM >= 1.2x files (20 %: beyond run-to-run noise); the caveat is contradicted when the CPU is the "
-      "bottleneck (reading < 25 % of a sample's time) yet a RAM disk alone gains >= 1.2x",
-      (HOLDS, "holds only when the files are read from a slow disk", NOT_HERE))
-def _l4(in_ram_gain: float, read_share: float, ramdisk_gain: float | None = None) -> str:
-    if in_ram_gain < 1.2:
-        return NOT_HERE
-    if ramdisk_gain is not None and ramdisk_gain >= 1.2 and read_share < 0.25:
-        return "holds only when the files are read from a slow disk"
-    return HOLDS
-
-
-@rule("L5", "epoch time with the resize in the per-epoch transform vs on data resized once offline",
-      f">= 1.5x for 'holds' (stated tolerance), >= 1.1x ({NOISE}) for 'holds only when'",
+@rule("L5", V, "epoch time with the resize in the per-epoch transform / on data resized once offline",
+      "holds when >= {gain}x (stated tolerance); >= {some}x: holds only when the preprocessing is a large part "
+      f"of the epoch ({NOISE}); else does not hold here", {"gain": 1.5, "some": 1.1},
       (HOLDS, "holds only when the preprocessing is a large part of the epoch", NOT_HERE))
-def _l5(gain: float) -> str:
-    if gain >= 1.5:
-        return HOLDS
-    return "holds only when the preprocessing is a large part of the epoch" if gain >= 1.1 else NOT_HERE
+def _l5(t: dict, gain: float) -> str:
+    return _tiers(gain, t["gain"], t["some"], "holds only when the preprocessing is a large part of the epoch")
 
 
-@rule("L6", "epoch time (a) CPU pipeline / (c) device pipeline for a small CNN, and the feeding rates",
-      "10x (the article's 'order of magnitude'; its one day -> one hour is 24x), on a GPU",
-      (GPU, HOLDS, "holds only when the training step is fast next to the CPU pipeline", NOT_HERE))
-def _l6(on_gpu: bool, epoch_ratio: float, feed_ratio: float) -> str:
-    if not on_gpu:
-        return GPU
-    if epoch_ratio >= 10:
-        return HOLDS
-    return "holds only when the training step is fast next to the CPU pipeline" if feed_ratio >= 10 else NOT_HERE
+@rule("L6", V, "epoch time of a small CNN fed by (a) the CPU pipeline / by a device pipeline, and the feeding "
+      "rates; the device pipeline counts for the decoding half only if it decodes on the device itself",
+      "on a GPU with a device decoder (DALI or nvJPEG), holds when the epoch is >= {epoch}x shorter (the "
+      "article's 'order of magnitude'; its one day -> one hour is 24x); a shorter epoch but a feed >= {feed}x "
+      "faster: holds only when the training step is fast next to the CPU pipeline; else does not hold here; "
+      "a device pipeline fed decoded tensors: needs a GPU decoder", {"epoch": 10, "feed": 10},
+      (GPU, DECODER, HOLDS, "holds only when the training step is fast next to the CPU pipeline", NOT_HERE))
+def _l6(t: dict, on_gpu: bool, decodes_on_device: bool, epoch_ratio: float, feed_ratio: float) -> str:
+    if not on_gpu or not decodes_on_device:
+        return DECODER if on_gpu else GPU
+    return HOLDS if epoch_ratio >= t["epoch"] else \
+        "holds only when the training step is fast next to the CPU pipeline" if feed_ratio >= t["feed"] else NOT_HERE
 
 
-@rule("L7", "test accuracy of models trained and tested through the original-binary pipeline vs the JPEG "
-      "pipeline, over several seeds and JPEG qualities",
-      "a drop of at least 1 point and more than twice the seed-to-seed spread (stated tolerance); "
-      "only on the real data set",
+@rule("L7", V, "test accuracy, original-binary pipeline minus JPEG pipeline, over several seeds and JPEG qualities",
+      "on the real data set only, holds when the worst mean drop is >= {drop} (1 point) and >= {spread}x the "
+      "seed-to-seed spread (stated tolerances); else does not hold here", {"drop": 0.01, "spread": 2},
       (REAL_DATA, HOLDS, NOT_HERE))
-def _l7(synthetic: bool, worst_mean_drop: float, seed_spread: float) -> str:
-    if synthetic:
-        return REAL_DATA
-    return HOLDS if worst_mean_drop >= max(0.01, 2 * seed_spread) else NOT_HERE
+def _l7(t: dict, synthetic: bool, worst_mean_drop: float, seed_spread: float) -> str:
+    return REAL_DATA if synthetic else HOLDS if worst_mean_drop >= max(t["drop"], t["spread"] * seed_spread) else NOT_HERE
 
 
-@rule("L8", "largest relative gradient difference, k accumulated micro-batches vs one k x batch "
-      "(MLP, GroupNorm, BatchNorm)",
-      "< 1e-4 is equal (float32 rounding over k sums); BatchNorm > 1e-3 differs (stated tolerances)",
-      ("holds only when the loss is divided by k and the model has no batch norm", HOLDS, NOT_HERE))
-def _l8(diff_mlp: float, diff_gn: float, diff_bn: float) -> str:
-    if not (diff_mlp < 1e-4 and diff_gn < 1e-4):
-        return NOT_HERE
-    return "holds only when the loss is divided by k and the model has no batch norm" if diff_bn > 1e-3 else HOLDS
+@rule("L8", M, "largest relative gradient difference, k accumulated micro-batches (loss / k) vs one k x batch "
+      "(MLP, GroupNorm, BatchNorm): fixed by autograd (gradients add up) and by batch norm's per-batch statistics",
+      "shown when the MLP and GroupNorm differences are < {equal} (float32 rounding over k sums) and BatchNorm's "
+      "is > {differs} (stated tolerances)", {"equal": 1e-4, "differs": 1e-3}, (SHOWN, NOT_SHOWN))
+def _l8(t: dict, diff_mlp: float, diff_gn: float, diff_bn: float) -> str:
+    return SHOWN if max(diff_mlp, diff_gn) < t["equal"] and diff_bn > t["differs"] else NOT_SHOWN
 
 
-@rule("L9", "bytes kept per step: list of losses without backward, after backward, with .item(); "
-      "vs one step's activations",
-      "graph kept >= 90 % of one step's activations; after backward >= 1/10 of that for 'holds' (stated tolerances)",
-      (HOLDS, "holds only when the loss's graph has not been freed by backward()", NOT_HERE))
-def _l9(graph_bytes: float, after_backward_bytes: float, activation_bytes: float) -> str:
-    if graph_bytes < 0.9 * activation_bytes:
-        return NOT_HERE
-    if after_backward_bytes >= graph_bytes / 10:
-        return HOLDS
-    return "holds only when the loss's graph has not been freed by backward()"
+@rule("L9", M, "bytes kept per step by a list of losses: without backward, after backward: fixed by autograd "
+      "(a tensor keeps its graph until backward frees the saved tensors)",
+      "shown when the graph kept without backward is >= {kept}x what is kept after backward (stated tolerance)",
+      {"kept": 10}, (SHOWN, NOT_SHOWN))
+def _l9(t: dict, graph_bytes: float, after_backward_bytes: float) -> str:
+    return SHOWN if graph_bytes >= t["kept"] * max(after_backward_bytes, 1.0) else NOT_SHOWN
 
 
-@rule("L10", "time of x.cpu().to(device) vs x.clone() on the device: the same bytes, a new device copy either way",
-      ">= 2x (stated tolerance; physically a PCIe/C2C link is 10-100x slower than device memory)",
+@rule("L10", V, "time of x.cpu().to(device) / x.clone() on the device: the same bytes, a new device copy either way",
+      "holds when the round trip takes >= {ratio}x the on-device copy (stated tolerance; a PCIe/C2C link is "
+      "10-100x slower than device memory); else does not hold here", {"ratio": 2}, (GPU, HOLDS, NOT_HERE))
+def _l10(t: dict, on_gpu: bool, round_trip_vs_on_device: float | None) -> str:
+    r = round_trip_vs_on_device
+    return GPU if not on_gpu or r is None else HOLDS if r >= t["ratio"] else NOT_HERE
+
+
+@rule("L11", V, "time of the same training loop with / without empty_cache() every step",
+      f"holds when the loop is >= {{slower}}x slower ({NOISE}); else does not hold here", {"slower": 1.1},
       (GPU, HOLDS, NOT_HERE))
-def _l10(on_gpu: bool, round_trip_vs_on_device: float | None) -> str:
-    if not on_gpu or round_trip_vs_on_device is None:
-        return GPU
-    return HOLDS if round_trip_vs_on_device >= 2 else NOT_HERE
+def _l11(t: dict, on_gpu: bool, slowdown: float) -> str:
+    return GPU if not on_gpu else HOLDS if slowdown >= t["slower"] else NOT_HERE
 
 
-@rule("L11", "time of the same training loop with and without empty_cache() every step",
-      f">= 1.1x slower ({NOISE})", (GPU, HOLDS, NOT_HERE))
-def _l11(on_gpu: bool, slowdown: float) -> str:
-    if not on_gpu:
-        return GPU
-    return HOLDS if slowdown >= 1.1 else NOT_HERE
-
-
-@rule("L12", "fp16 + GradScaler vs fp32: samples/s and activation memory",
-      "faster >= 1.2x and smaller >= 1.3x (stated tolerances)",
+@rule("L12", V, "fp16 + GradScaler vs fp32, same weights and batches: samples/s, activation memory, and the "
+      "mean training loss's relative distance from fp32's",
+      "holds when fp16 is >= {speed}x faster, needs >= {memory}x less activation memory and its mean loss is "
+      "within {loss} of fp32's (stated tolerances); less memory and the same loss but not faster: holds only when "
+      "the model is large enough to be compute-bound; else does not hold here",
+      {"speed": 1.2, "memory": 1.3, "loss": 0.05},
       (GPU, HOLDS, "holds only when the model is large enough to be compute-bound", NOT_HERE))
-def _l12(on_gpu: bool, speedup: float, memory_ratio: float) -> str:
+def _l12(t: dict, on_gpu: bool, speedup: float, memory_ratio: float, loss_gap: float) -> str:
     if not on_gpu:
         return GPU
-    if speedup >= 1.2 and memory_ratio >= 1.3:
-        return HOLDS
-    return "holds only when the model is large enough to be compute-bound" if memory_ratio >= 1.3 else NOT_HERE
+    if memory_ratio < t["memory"] or loss_gap > t["loss"]:
+        return NOT_HERE
+    return HOLDS if speedup >= t["speed"] else "holds only when the model is large enough to be compute-bound"
 
 
-@rule("L13", "GPU / CPU time per full-batch step at 506 rows (the CPU at its best thread count)",
-      f">= 0.9 (the article: 'no faster, maybe slower'; {NOISE})", (GPU, HOLDS, NOT_HERE))
-def _l13(on_gpu: bool, gpu_vs_cpu_time: float | None) -> str:
-    if not on_gpu or gpu_vs_cpu_time is None:
-        return GPU
-    return HOLDS if gpu_vs_cpu_time >= 0.9 else NOT_HERE
+@rule("L13", V, "GPU / CPU time per full-batch step at 506 rows (the CPU at its best thread count)",
+      f"holds when the GPU takes >= {{ratio}}x the CPU's time (the article: 'no faster, maybe slower'; {NOISE}); "
+      "else does not hold here", {"ratio": 0.9}, (GPU, HOLDS, NOT_HERE))
+def _l13(t: dict, on_gpu: bool, gpu_vs_cpu_time: float | None) -> str:
+    r = gpu_vs_cpu_time
+    return GPU if not on_gpu or r is None else HOLDS if r >= t["ratio"] else NOT_HERE
 
 
-@rule("L14", "GPU 0 peak memory / the other GPUs' mean, loss outside vs inside forward",
-      f"outside > 1.1 ({NOISE}) and inside lower than outside", (GPUS2, HOLDS, NOT_HERE))
-def _l14(gpus: int, imbalance_outside: float | None, imbalance_inside: float | None) -> str:
+@rule("L14", V, "GPU 0 peak memory / the other GPUs' mean, loss outside vs inside forward",
+      f"holds when the imbalance with the loss outside forward is > {{imbalance}} ({NOISE}) and lower with it "
+      "inside; else does not hold here", {"imbalance": 1.1}, (GPUS2, HOLDS, NOT_HERE))
+def _l14(t: dict, gpus: int, imbalance_outside: float | None, imbalance_inside: float | None) -> str:
     if gpus < 2 or imbalance_outside is None or imbalance_inside is None:
         return GPUS2
-    return HOLDS if imbalance_outside > 1.1 and imbalance_inside < imbalance_outside else NOT_HERE
+    return HOLDS if t["imbalance"] < imbalance_outside and imbalance_inside < imbalance_outside else NOT_HERE
 
 
-@rule("L15", "time per sample, DDP vs DataParallel, same model, global batch, host data and syncs",
-      ">= 10 % less time (half the article's ~20 % on 4 GPUs)", (GPUS2, HOLDS, NOT_HERE))
-def _l15(gpus: int, less_time: float | None) -> str:
-    if gpus < 2 or less_time is None:
-        return GPUS2
-    return HOLDS if less_time >= 0.1 else NOT_HERE
+@rule("L15", V, "time per sample, DDP vs DataParallel, same model, global batch, host data and syncs",
+      "holds when DDP takes >= {less} less time per sample (half the article's ~20 % on 4 GPUs); else does not "
+      "hold here", {"less": 0.1}, (GPUS2, HOLDS, NOT_HERE))
+def _l15(t: dict, gpus: int, less_time: float | None) -> str:
+    return GPUS2 if gpus < 2 or less_time is None else HOLDS if less_time >= t["less"] else NOT_HERE
 
 
-@rule("L16", "loading a DataParallel state_dict into a plain model: does it fail?",
-      "a fact, not a threshold: the load fails or it does not", (HOLDS, NOT_HERE))
-def _l16(prefix_load_failed: bool) -> str:
-    return HOLDS if prefix_load_failed else NOT_HERE
+@rule("L16", M, "a DataParallel state_dict loaded strictly into a plain model: fixed by load_state_dict's key "
+      "match (the map_location half needs a second device and is demonstrated, not judged)",
+      "shown when the strict load fails (no threshold: a fact of the design)", {}, (SHOWN, NOT_SHOWN))
+def _l16(t: dict, prefix_load_failed: bool) -> str:
+    return SHOWN if prefix_load_failed else NOT_SHOWN
 
 
-@rule("L17", "stage utilisation of a plain 2-stage split; hand-off time as a share of the step",
-      "utilisation < 75 % (a plain 2-stage split can reach at most 50 %; the rest is tolerance); "
-      "hand-off >= 2 % of the step (stated tolerance) for 'holds'",
-      (HOLDS, "holds only when the activations handed over are large", NOT_HERE))
-def _l17(utilisation: float, handoff_share: float) -> str:
-    if utilisation >= 0.75:
-        return NOT_HERE
-    return HOLDS if handoff_share >= 0.02 else "holds only when the activations handed over are large"
+@rule("L17", V, "hand-off time (activations forward, their gradients back) / a plain 2-stage split's step; the "
+      "idle half is fixed by the schedule (2 sequential stages are busy at most 50 %) and shown, not judged",
+      "holds when the hand-off is >= {handoff} of the step (stated tolerance); else holds only when the "
+      "activations handed over are large", {"handoff": 0.02},
+      (HOLDS, "holds only when the activations handed over are large"))
+def _l17(t: dict, handoff_share: float) -> str:
+    return HOLDS if handoff_share >= t["handoff"] else "holds only when the activations handed over are large"
 
 
-@rule("L18", "final loss of a k x batch with the same vs the scaled lr (notebook 06); DDP vs one process "
-      "on the global batch, and the spread of batch-norm running means between ranks (notebook 14)",
-      "scaled lr ends lower and closer to the small batch; DDP equal to the global batch (< 1e-4) and "
-      "BN means differ by > 1e-6 (float32 noise; stated tolerances)",
-      ("holds (learning-rate part)", "holds (batch-norm part)", NOT_HERE))
-def _l18(lr_losses: tuple[float, float, float] | None = None,
+@rule("L18", "both", "verdict: final loss of a k x batch with the same vs the scaled lr (notebook 06); mechanism: "
+      "DDP vs one process on the global batch, and batch-norm running means between ranks (notebook 14)",
+      "learning-rate half holds when the scaled lr ends lower and closer to the small batch's loss, else does "
+      "not hold here; batch-norm half shown when DDP equals the global batch (< {equal}) and the ranks' BN means "
+      "differ by > {differs} (float32 noise; stated tolerances)", {"equal": 1e-4, "differs": 1e-6},
+      ("holds (learning-rate part)", NOT_HERE, "mechanism shown (batch-norm part)", NOT_SHOWN))
+def _l18(t: dict, lr_losses: tuple[float, float, float] | None = None,
          ddp_vs_global: float | None = None, bn_spread: float | None = None) -> str:
     if lr_losses is not None:
         small, same_lr, scaled_lr = lr_losses
@@ -270,57 +278,53 @@ def _l18(lr_losses: tuple[float, float, float] | None = None,
         return "holds (learning-rate part)" if ok else NOT_HERE
     if ddp_vs_global is None or bn_spread is None:
         raise TypeError("L18 needs lr_losses=(small, same lr, scaled lr) or ddp_vs_global and bn_spread")
-    return "holds (batch-norm part)" if ddp_vs_global < 1e-4 and bn_spread > 1e-6 else NOT_HERE
+    return "mechanism shown (batch-norm part)" if ddp_vs_global < t["equal"] and bn_spread > t["differs"] else NOT_SHOWN
 
 
-@rule("L19", "an odd-sized data-parallel job (3 processes over 2 nodes): did it finish with identical replicas?",
-      "a fact: it crashed or it did not", (HOLDS, NOT_HERE))
-def _l19(odd_world_finished: bool) -> str:
-    return NOT_HERE if odd_world_finished else HOLDS
+@rule("L19", V, "an odd-sized data-parallel job (3 processes) and an even control (2), same launcher, model "
+      "and backend: did each finish with identical replicas?",
+      "holds when the odd job fails and the even control finishes; both finish: does not hold here; the even "
+      "control fails too: inconclusive (the failure is not about the count)", {},
+      (HOLDS, NOT_HERE, "inconclusive: the even-count control failed too"))
+def _l19(t: dict, odd_world_finished: bool, even_world_finished: bool) -> str:
+    inconclusive = "inconclusive: the even-count control failed too"
+    return inconclusive if not even_world_finished else NOT_HERE if odd_world_finished else HOLDS
 
 
-@rule("L20", "loss + gradient time, Python loop vs vectorised (same values asserted)",
-      ">= 50x for 'holds' (half the article's ~100x); >= 5x for 'holds only when' (stated tolerance)",
+@rule("L20", V, "loss + gradient time, Python loop / vectorised (same values asserted)",
+      "holds when >= {ratio}x (half the article's ~100x); >= {some}x: holds only when the loop runs over many "
+      "elements (stated tolerance); else does not hold here", {"ratio": 50, "some": 5},
       (HOLDS, "holds only when the loop runs over many elements", NOT_HERE))
-def _l20(ratio: float) -> str:
-    if ratio >= 50:
-        return HOLDS
-    return "holds only when the loop runs over many elements" if ratio >= 5 else NOT_HERE
+def _l20(t: dict, ratio: float) -> str:
+    return _tiers(ratio, t["ratio"], t["some"], "holds only when the loop runs over many elements")
 
 
-@rule("L21", "the profiler's diagnosis of a loop built input-bound and of one built compute-bound",
-      "advice: supported when the profile names the right kind for both (so it points to different fixes)",
-      ("advice: supported here", "advice: not supported here"), advice=True)
-def _l21(data_loop_kind: str, compute_loop_kind: str, compute_kinds_expected: tuple[str, ...]) -> str:
-    ok = data_loop_kind == "input-bound" and compute_loop_kind in compute_kinds_expected
-    return "advice: supported here" if ok else "advice: not supported here"
+@rule("L21", M, "the profiler's diagnosis of a loop built input-bound and of one built compute-bound: the "
+      "advice is demonstrated on loops made for it, not tested on yours",
+      "shown when the profile names the right kind for both loops (so it points to different fixes)", {},
+      (SHOWN, NOT_SHOWN))
+def _l21(t: dict, data_loop_kind: str, compute_loop_kind: str, compute_kinds_expected: tuple[str, ...]) -> str:
+    return SHOWN if data_loop_kind == "input-bound" and compute_loop_kind in compute_kinds_expected else NOT_SHOWN
 
 
-@rule("L22", "speed-up bought by code (fast recipe / reference, this machine) vs by hardware (another "
-      "device's fast recipe / this machine's, same model width); the cost of a 10-epoch run at stated prices",
-      "hardware gain > code gain; 'holds' when the faster device's run also costs no more "
-      "(hourly prices are stated assumptions in notebook 18)",
-      ("needs a run on other hardware", HOLDS,
-       "holds only when the time saved is worth the higher price", NOT_HERE))
-def _l22(code_gain: float, hardware_gain: float | None, cost_here: float | None = None,
-         cost_other: float | None = None) -> str:
+@rule("L22", V, "speed-up bought by code (fast recipe / reference, this machine) vs by hardware (another "
+      "device's fast recipe / this machine's, the same model width, no rescaling); costs at assumed hourly "
+      "prices are shown, not judged",
+      "holds when the hardware gain is > {margin}x the code gain; else does not hold here; without a run of the "
+      "same model on other hardware: needs a run on other hardware", {"margin": 1},
+      ("needs a run on other hardware", HOLDS, NOT_HERE))
+def _l22(t: dict, code_gain: float, hardware_gain: float | None) -> str:
     if hardware_gain is None:
         return "needs a run on other hardware"
-    if hardware_gain <= code_gain:
-        return NOT_HERE
-    if cost_here is not None and cost_other is not None and cost_other > cost_here:
-        return "holds only when the time saved is worth the higher price"
-    return HOLDS
+    return HOLDS if hardware_gain > t["margin"] * code_gain else NOT_HERE
 
 
-@rule("L23", "test accuracy after the same epochs: 2 devices at batch 512, lr 0.2 vs 1 device at batch 256, lr 0.1 "
-      "(without 2 GPUs: the larger batch with the scaled lr on one device)",
-      "a drop of more than 2 points (the book's own 1-GPU runs vary by about that much) counts as lost",
-      (GPUS2, HOLDS, NOT_HERE))
-def _l23(gpus: int, acc_one: float, acc_two: float | None) -> str:
-    if gpus < 2 or acc_two is None:
-        return GPUS2
-    return HOLDS if acc_one - acc_two > 0.02 else NOT_HERE
+@rule("L23", V, "test accuracy after the same epochs: 2 devices at batch 512, lr 0.2 vs 1 device at batch 256, "
+      "lr 0.1 (without 2 GPUs: the larger batch with the scaled lr on one device)",
+      "holds when the accuracy drops by more than {drop} (the book's own 1-GPU runs vary by about that much); "
+      "else does not hold here", {"drop": 0.02}, (GPUS2, HOLDS, NOT_HERE))
+def _l23(t: dict, gpus: int, acc_one: float, acc_two: float | None) -> str:
+    return GPUS2 if gpus < 2 or acc_two is None else HOLDS if acc_one - acc_two > t["drop"] else NOT_HERE
 
 
 assert set(RULES) == set(CLAIMS), f"claims without a rule: {set(CLAIMS) - set(RULES)}"

@@ -26,9 +26,9 @@ from .claims import CLAIMS, RULES, VERDICT_KINDS, kind_of
 from .results import load_all
 
 NOT_RUN = "no verdict recorded"
-DECIDED = ("holds", "holds only when", "does not hold here", "advice")
+DECIDED = ("holds", "holds only when", "does not hold here")  # notebooks that differ on these disagree
 COLOURS = {"holds": "#c8e6c9", "holds only when": "#fff3c4", "does not hold here": "#f8c8c8",  # by kind
-           "advice": "#cfe3f7", NOT_RUN: "#eeeeee"}
+           "mechanism shown": "#cfe3f7", "mechanism not shown here": "#f8c8c8", NOT_RUN: "#eeeeee"}
 
 
 def _fmt(v: Any) -> str:
@@ -69,7 +69,7 @@ def build(results: list[dict[str, Any]], run_log: dict[str, Any] | None = None,
                     for nb in tested_in[cid] if nb not in recorded]  # meant to judge it, did not
         decided = {e["kind"] for e in entries if e["kind"] in DECIDED}
         ledger.append({"claim": cid, "text": text, "notebooks": tested_in[cid], "entries": entries,
-                       "disagree": len(decided) > 1, "rule": RULES[cid].threshold,
+                       "disagree": len(decided) > 1, "rule": RULES[cid].threshold, "kind": RULES[cid].kind,
                        "compares": RULES[cid].compares, "reference": ref_verdicts.get(cid)})
     counts = Counter(e["kind"] for c in ledger for e in c["entries"])
     return {"hardware": results[0]["hardware"] if results else None, "notebooks": results,
@@ -143,7 +143,7 @@ def _img(figure: dict[str, Any]) -> str:
 _TEMPLATES = jinja2.Environment(loader=jinja2.PackageLoader("helpers.suite", "templates"),
                                 autoescape=jinja2.select_autoescape(["html"]), trim_blocks=True,
                                 lstrip_blocks=True, keep_trailing_newline=True)
-_TEMPLATES.filters.update(img=_img, colour=lambda kind: COLOURS.get(kind, "#e4daf2"))  # else: needs ...
+_TEMPLATES.filters.update(img=_img, fmt=_fmt, colour=lambda kind: COLOURS.get(kind, "#e4daf2"))  # else: needs
 
 
 def render(rep: dict[str, Any], *where: Path | None, fmt: str = "md") -> str:

@@ -3,7 +3,7 @@
     rec = Recorder("02_data_loading", profile=P)
     rec.measure("batch bytes, float32", 12.5, "MB")
     rec.measure("batch bytes, uint8", 3.1, "MB", ratio=4.0, note="float32 / uint8")
-    rec.judge("L3", figure="4.0x less memory per batch", mem_ratio=4.0, copy_gain=2.5)
+    rec.judge("L3", figure="uint8 copies 2.5x faster", copy_gain=2.5)
     rec.figure(fig, "batch_memory")
 
 Every call rewrites `build/results/<notebook>.json`: a notebook stopped half-way keeps what it measured.
@@ -22,7 +22,7 @@ from typing import Any
 from .. import paths
 from ..devices import hardware_summary
 from ..profiles import PROFILES, Profile
-from .claims import CLAIMS, RULES, VERDICT_KINDS, judge
+from .claims import RULES, judge, kind_of
 
 
 class Recorder:
@@ -74,30 +74,22 @@ class Recorder:
             print(f"[measured] {name}: {value:.4g} {unit}{r}")
 
     def judge(self, claim: str, *, figure: str, detail: str = "", **measured: Any) -> str:
-        """The verdict of `claim`'s rule (`claims.judge`) on the `measured` quantities, recorded."""
-        verdict = judge(claim, **measured)
-        self.verdict(claim, verdict, figure=figure, detail=detail, measured=measured)
-        return verdict
-
-    def verdict(self, claim: str, verdict: str, *, figure: str, detail: str = "",
-                measured: dict[str, Any] | None = None) -> None:
-        """Record a verdict on a claim with the figure behind it; `judge` computes it, this checks it."""
-        if not isinstance(claim, str) or claim not in CLAIMS:
-            raise ValueError(f"verdict: unknown claim {claim!r}; valid ids are L1 ... L{len(CLAIMS)}")
-        if not isinstance(verdict, str) or not any(verdict.startswith(k) for k in VERDICT_KINDS):
-            raise ValueError(f"verdict for {claim}: must start with one of {', '.join(VERDICT_KINDS)}; got {verdict!r}")
-        if verdict not in RULES[claim].verdicts:
-            raise ValueError(f"verdict for {claim}: {verdict!r} is not one that its rule can give "
-                             f"({'; '.join(RULES[claim].verdicts)}); use judge() to compute it")
+        """The outcome of `claim`'s rule (`claims.judge`) on the `measured` quantities, recorded and
+        printed with the rule in plain words and its thresholds beside the figure behind it."""
         if not isinstance(figure, str) or not figure:
-            raise ValueError(f"verdict for {claim}: figure must be the measured figure behind it "
-                             f"(a non-empty string), got {figure!r}")
+            raise ValueError(f"judge {claim}: figure must be the measured figure behind it, got {figure!r}")
+        verdict, r = judge(claim, **measured), RULES[claim]
         synthetic = any(s["synthetic"] for s in self.data["data_sources"].values())
-        entry = {"claim": claim, "verdict": verdict, "figure": figure, "detail": detail,
-                 "synthetic_data": synthetic, "rule": RULES[claim].threshold, "measured": measured or {}}
+        entry = {"claim": claim, "verdict": verdict, "figure": figure, "detail": detail, "kind": r.kind,
+                 "synthetic_data": synthetic, "rule": r.threshold, "measured": measured}
         self.data["verdicts"] = [v for v in self.data["verdicts"] if v["claim"] != claim] + [entry]
         self.save()
-        print(f"[verdict] {claim} - {verdict}: {figure}" + (" [synthetic data]" if synthetic else ""))
+        label = "mechanism" if kind_of(verdict).startswith("mechanism") else "verdict"
+        print(f"[{label}] {claim} - {verdict}: {figure}" + (" [synthetic data]" if synthetic else "")
+              + ("\n  fixed by PyTorch's design: demonstrated, not tested" if label == "mechanism" else "")
+              + f"\n  rule: {r.threshold}\n  measured: "
+              + ", ".join(f"{k} = {_fmt(v)}" for k, v in measured.items()))
+        return verdict
 
     def figure(self, fig: Any, name: str) -> None:
         """Save a matplotlib figure next to the results, for the HTML report. Returns nothing, so
@@ -118,6 +110,10 @@ class Recorder:
         self.data["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         # standard JSON only (no NaN/Infinity), written under a temporary name then renamed
         paths.write_atomic(self.path, json.dumps(self.data, indent=1, default=str, allow_nan=False))
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:.3g}" if isinstance(v, float) else f"({', '.join(map(_fmt, v))})" if isinstance(v, tuple) else str(v)
 
 
 def _number(what: str, v: Any, alternative: str = "") -> float:
