@@ -126,7 +126,7 @@ def test_run_folders_are_new_and_old_ones_pruned(monkeypatch, tmp_path):
         (runs / f"run{i:02d}").mkdir(parents=True)
         os.utime(runs / f"run{i:02d}", (1000 + i, 1000 + i))
     a, b = launch.run_folder("14_ddp"), launch.run_folder("14_ddp")
-    assert a != b and a.name.startswith("10_ddp_") and a.is_dir()
+    assert a != b and a.name.startswith("14_ddp_") and a.is_dir()
     left = sorted(p.name for p in runs.iterdir() if p.name.startswith("run"))
     assert len(left) == launch.KEEP_RUNS - 2 and left[0] == "run07"
 
