@@ -187,7 +187,7 @@ def _run_all_cells(nb, lab, page) -> None:
         _shot(page, nb.stem, "timeout")
         pytest.fail(f"{nb.name} did not finish within {RUN_TIMEOUT_MS / 1000:.0f} s; "
                     f"errors so far: {page.evaluate(JS_ERRORS)}\nserver log:\n{lab.log_tail()}")
-    # Error outputs in the notebook model (not text: notebook 14 prints a rank's traceback on purpose).
+    # Error outputs in the notebook model (not text: notebook 16 prints a rank's traceback on purpose).
     errors = page.evaluate(JS_ERRORS)
     if errors:
         _shot(page, nb.stem, "error")

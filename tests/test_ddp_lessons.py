@@ -1,5 +1,5 @@
-"""Notebook 14's no_sync and sharding script (its `%%writefile {LESSONS_PY}` cell), in two real
-gloo processes."""
+"""Notebook 14's no_sync script (its `%%writefile {NOSYNC_PY}` cell) and notebook 16's sharding
+script (its `%%writefile {SHARD_PY}` cell), each in two real gloo processes."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ def _flat(params: list[list[float]]) -> np.ndarray:
     return np.concatenate([np.asarray(p) for p in params])
 
 
-def test_no_sync_all_reduces_once_per_step_and_sharding_halves_what_each_rank_holds(tmp_path):
-    script = write_script("14_ddp.ipynb", "LESSONS_PY", tmp_path / "ddp_lessons.py")
+def test_no_sync_all_reduces_once_per_step_to_the_same_weights(tmp_path):
+    script = write_script("14_ddp.ipynb", "NOSYNC_PY", tmp_path / "no_sync.py")
     accum = 3
     r = launch.run(script, ["--accum", accum, "--steps", 3, "--hidden", 64], nprocs=2,
                    stream=False, timeout=240)
@@ -25,6 +25,11 @@ def test_no_sync_all_reduces_once_per_step_and_sharding_halves_what_each_rank_ho
         assert every["bytes"] == accum * ns["bytes"]
         assert np.allclose(_flat(every["params"]), _flat(ns["params"]), atol=1e-6)
     assert np.array_equal(_flat(r.results[0]["no_sync"]["params"]), _flat(r.results[1]["no_sync"]["params"]))
+
+
+def test_sharding_splits_what_each_rank_holds_and_trains_the_same_weights(tmp_path):
+    script = write_script("16_many_machines_and_sharding.ipynb", "SHARD_PY", tmp_path / "sharded.py")
+    r = launch.run(script, ["--steps", 3, "--hidden", 64], nprocs=2, stream=False, timeout=240)
     for rank in (0, 1):
         res = r.results[rank]
         ddp, zero = res["ddp"], res["zero"]

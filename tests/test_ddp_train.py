@@ -1,5 +1,6 @@
 """Notebook 14's DDP training script (the text its `%%writefile {TRAIN_PY}` cell writes), run in
-real processes: N ranks reach the weights of one process trained on the global batch."""
+real processes: N ranks reach the weights of one process trained on the global batch; and
+notebook 16's failing DDP loop (its `%%writefile {FAIL_PY}` cell): the rank that failed is named."""
 
 from __future__ import annotations
 
@@ -28,9 +29,9 @@ def test_ddp_matches_one_process_on_the_global_batch(tmp_path):
 
 
 def test_a_failing_rank_is_named(tmp_path):
-    script = write_script("14_ddp.ipynb", "TRAIN_PY", tmp_path / "train_ddp.py")
+    script = write_script("16_many_machines_and_sharding.ipynb", "FAIL_PY", tmp_path / "fail_ddp.py")
     try:
-        launch.run(script, ["--hidden", 16, "--fail-rank", 1], nprocs=2, stream=False, timeout=180)
+        launch.run(script, ["--fail-rank", 1], nprocs=2, stream=False, timeout=180)
     except launch.LaunchError as e:
         assert e.failed_rank == 1 and "deliberate failure at step 2" in e.traceback
     else:

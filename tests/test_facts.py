@@ -87,10 +87,10 @@ CORRECTED = [
     ("11", "no CPU-GPU synchronisation inside", f"{PT}/notes/cuda.html#constraints"),
     ("11", "private memory pool kept for the graph's replays",
      f"{PT}/notes/cuda.html#graph-memory-management"),
-    ("14", "by default 10 minutes with NCCL and 30 with gloo",
+    ("16", "by default 10 minutes with NCCL and 30 with gloo",
      f"{PT}/distributed.html#torch.distributed.init_process_group"),
-    ("14", "two while prefetching overlaps the next all-gather", f"{PT}/notes/fsdp.html"),
-    ("14", "and the root's, kept after forward by default", f"{PT}/distributed.fsdp.fully_shard.html"),
+    ("16", "two while prefetching overlaps the next all-gather", f"{PT}/notes/fsdp.html"),
+    ("16", "and the root's, kept after forward by default", f"{PT}/distributed.fsdp.fully_shard.html"),
     ("18", "reports 12.2 s per epoch on an unnamed GPU", D2L),
     ("18", "over its first `num_gpus` GPUs", D2L),
 ]

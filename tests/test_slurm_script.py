@@ -1,4 +1,4 @@
-"""The Slurm script shown in notebook 14 is a valid bash script that runs notebook 14's DDP script."""
+"""The Slurm script shown in notebook 16 is a valid bash script that runs notebook 14's DDP script."""
 
 from __future__ import annotations
 
