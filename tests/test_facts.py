@@ -61,6 +61,11 @@ CORRECTED = [
     ("00", "multiply in TF32 and bf16 on tensor cores several times faster",
      f"{PT}/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices"),
     ("00", "synchronised reading = {synced / unsynced:.2f}x the unsynchronised one", None),
+    # 01_why_is_it_slow (notebook 01 once the suite is renumbered; data loading becomes 02)
+    ("01", "fp32 is not that best on a GPU with tensor cores",
+     f"{PT}/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices"),
+    ("01", "it runs at most at `min(peak FLOP/s, bandwidth x intensity)`",
+     "https://doi.org/10.1145/1498765.1498785"),
     ("01", "because its batch also carries segmentation masks, stored as int64",
      "https://towardsdatascience.com/efficient-pytorch-part-1-fe40ed5db76c"),
     ("01", "the article's ~5x adds int64 masks cut to uint8", None),
