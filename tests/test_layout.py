@@ -19,6 +19,7 @@ LAUNCHER_LINES = 150
 
 # A notebook, found by words of its title, and the calls its own code cells must make.
 TECHNIQUE_CALLS = {
+    "Why is it slow": ["set_float32_matmul_precision(", "copy_(", "torch.compile("],
     "DataLoader workers": ["DataLoader(", "num_workers="],
     "CPU threads": ["cpu_threads(", "devices.share(", "OMP_WAIT_POLICY", "OMP_NUM_THREADS", "num_workers="],
     "GPU data pipelines": ["flip("],
