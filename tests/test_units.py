@@ -16,12 +16,6 @@ import pytest
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 MAX_CODE_CELLS, MAX_WORDS, MAX_CELL_LINES, MAX_CELL_WORDS, MIN_EXERCISES = 25, 1600, 30, 200, 3
 
-# Notebooks not made into units yet, each expected to fail (strict: one that passes fails this
-# test, so it leaves the list). Emptied when the branches that make them units are merged.
-NOT_YET_UNITS = ["08_device_placement", "13_data_parallel",
-                 "17_profiling", "18_capstone", "19_your_own_loop"]
-
-
 def _read(path: Path) -> list[dict]:
     return [{"kind": c["cell_type"], "source": "".join(c["source"]), "tags": c.get("metadata", {}).get("tags", [])}
             for c in json.loads(path.read_text(encoding="utf-8"))["cells"]]
@@ -55,15 +49,9 @@ def problems(cells: list[dict]) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("path", [
-    pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="not a unit yet")) if p.stem in NOT_YET_UNITS else p
-    for p in NOTEBOOKS], ids=[p.stem for p in NOTEBOOKS])
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_is_a_unit(path):
     assert problems(_read(path)) == []
-
-
-def test_the_list_names_only_notebooks_that_exist():
-    assert set(NOT_YET_UNITS) <= {p.stem for p in NOTEBOOKS}
 
 
 def _unit(**change) -> list[dict]:
