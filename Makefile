@@ -6,6 +6,9 @@ PYTHON  ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
 PROFILE ?=
+# Tests and notebooks run this many at a time in `make unit` and `make notebooks` (pytest-xdist;
+# a notebook's cells stay together in one worker). Benchmarks always run alone.
+TEST_JOBS ?= 2
 STAMP   := $(VENV)/.installed
 export PYTHONUNBUFFERED := 1
 # No MPLBACKEND here: a Jupyter server or kernel that inherits Agg shows no plots. Unit tests
@@ -47,7 +50,7 @@ lint: install
 	$(BIN)/nbstripout --verify notebooks/*.ipynb
 
 unit: install
-	FTG_PROFILE=smoke $(BIN)/python -m pytest tests -q -m "not learner and not load"
+	FTG_PROFILE=smoke $(BIN)/python -m pytest tests -q -m "not learner and not load" -n $(TEST_JOBS)
 
 # Every notebook as a learner uses it (about 15 minutes on 2 cores, so not in `make test`;
 # .ci/run calls it): every notebook in JupyterLab + headless Chromium (the browser test), skip
@@ -69,7 +72,7 @@ benchmarks: install   # speed ratios (never absolute times): run on a quiet mach
 
 notebooks: install
 	FTG_PROFILE=smoke $(BIN)/python -m pytest -q --nbval-lax --nbval-current-env \
-	    --nbval-cell-timeout=300 -p tests.nbval_budget notebooks
+	    --nbval-cell-timeout=300 -p tests.nbval_budget -n $(TEST_JOBS) --dist loadfile notebooks
 
 # Every part runs even when an earlier one fails, so one report shows everything; the exit
 # status is non-zero if any part failed.
@@ -102,9 +105,9 @@ test-compat: $(COMPAT_STAMP)
 	$(COMPAT)/bin/python -c "import torch, torchvision; print('compat: torch', torch.__version__, 'torchvision', torchvision.__version__)"
 	@# the browser test and the hosted-style runs test the packaging, not the torch version: `make test` has them
 	FTG_PROFILE=smoke $(COMPAT)/bin/python -m pytest tests -q -m "not benchmark and not learner and not load" --ignore=tests/test_browser.py \
-	    -k "not test_notebook_runs_from_an_empty_folder"
+	    -k "not test_notebook_runs_from_an_empty_folder" -n $(TEST_JOBS)
 	FTG_PROFILE=smoke $(COMPAT)/bin/python -m pytest -q --nbval-lax --nbval-current-env \
-	    --nbval-cell-timeout=300 -p tests.nbval_budget notebooks
+	    --nbval-cell-timeout=300 -p tests.nbval_budget -n $(TEST_JOBS) --dist loadfile notebooks
 
 bench: install
 	$(BIN)/python -m benchmarks.capstone
