@@ -48,7 +48,7 @@ def test_render_needs_the_markers():
 def _unit_blocks() -> dict[str, str]:
     """The guide's "### NN — title" blocks, by notebook number."""
     parts = re.split(r"^### (\d\d) — .*$", README, flags=re.M)
-    return {num: body.split("\n## ", 1)[0] for num, body in zip(parts[1::2], parts[2::2])}
+    return {num: body.split("\n## ", 1)[0] for num, body in zip(parts[1::2], parts[2::2], strict=True)}
 
 
 def test_every_unit_has_objectives_and_minutes_and_nothing_else_does():
