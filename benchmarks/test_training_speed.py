@@ -18,8 +18,10 @@ from helpers.devices import cpu_threads
 
 pytestmark = pytest.mark.benchmark
 needs_gpu = pytest.mark.skipif(devices.accelerator() != "cuda", reason="needs a CUDA GPU this torch runs on")
-needs_bf16 = pytest.mark.skipif(not devices.capabilities("cuda").ok("bf16"),
-                                reason=devices.capabilities("cuda").skip.get("bf16", "native bf16"))
+needs_bf16 = pytest.mark.skipif(  # without a GPU, say that, not what a GPU would lack
+    devices.accelerator() != "cuda" or not devices.capabilities("cuda").ok("bf16"),
+    reason="needs a CUDA GPU this torch runs on" if devices.accelerator() != "cuda"
+    else devices.capabilities("cuda").skip.get("bf16", "native bf16"))
 
 
 def _samples_per_s(net, batches, *, device, precision="fp32", channels_last=False, fused=False,
