@@ -68,7 +68,8 @@ def notebook_with(overrides: list[str]) -> nbformat.NotebookNode:
 
 
 def table(rows: list[dict]) -> str:
-    head = ["step", "kept", "s/epoch", "spread s", "samples/s", "x ref", "busy %", "% of peak", "note"]
+    head = ["step", "kept", "s/epoch", "spread s", "samples/s", "x ref", "busy %", "% of measured matmul",
+            "% of peak", "note"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
     def f(v, fmt):
@@ -77,7 +78,7 @@ def table(rows: list[dict]) -> str:
     for r in rows:
         lines.append("| " + " | ".join([
             r["step"], "yes" if r["kept"] else "no", f(r["seconds_per_epoch"], ".3f"), f(r["spread_s"], ".3f"),
-            f(r["samples_per_s"], ".0f"), f(r["ratio"], ".2f"), f(r["busy_pct"], ".0f"),
+            f(r["samples_per_s"], ".0f"), f(r["ratio"], ".2f"), f(r["busy_pct"], ".0f"), f(r["ceiling_pct"], ".1f"),
             f(r["peak_pct"], ".1f") + (f" of {r['peak_precision']}" if r["peak_pct"] is not None else ""),
             r["note"]]) + " |")
     return "\n".join(lines)
@@ -87,7 +88,8 @@ def bench_rows(recorded: dict) -> list[dict]:
     """The notebook's waterfall rows under the benchmark's column names."""
     return [{"step": r["step"], "kept": r["kept"], "seconds_per_epoch": r["s / epoch"], "spread_s": r["spread s"],
              "samples_per_s": r["samples/s"], "ratio": r["x reference"], "busy_pct": r["device busy %"],
-             "peak_pct": r["% of peak"], "peak_precision": r["peak precision"], "note": r["note"],
+             "ceiling_pct": r.get("% of measured matmul"), "peak_pct": r["% of peak"],
+             "peak_precision": r["peak precision"], "note": r["note"],
              "cuda_graphs_used": r["cuda graphs used"]} for r in recorded["waterfall"]]
 
 
