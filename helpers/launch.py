@@ -95,6 +95,7 @@ def run(script: str | Path, args: list[Any] | tuple[Any, ...] = (), *, nprocs: i
         failed, when = _watch(q, outputs, nprocs, t0 + timeout, stream)
     finally:
         pids = sorted({*processes.end_tree([p.pid for p in procs], grace=3.0), *(p.pid for p in procs)})
+        (folder / "rendezvous").unlink(missing_ok=True)  # FileStore's last rank removes it, unless it died first
         gone = time.monotonic()
     if failed is None and when is None:
         return RunResult(nprocs, gone - t0, folder, outputs, pids)
