@@ -5,7 +5,7 @@
 
 The loop is SGD on cross-entropy in fp32, for notebooks not about the loop (04, 07 and 12 write
 theirs in cells). Loss and accuracy stay on the device until an epoch ends: every read is a sync
-(notebook 07). Checkpoints (06): DataParallel/DDP save `module.<name>` keys, tensors keep the
+(notebook 07). Checkpoints (08): DataParallel/DDP save `module.<name>` keys, tensors keep the
 device they were saved from (hence `map_location`), and `torch.load` unpickles, so
 `load_weights` always passes `weights_only=True`. Memory (04, 05, 07): `peak_step_bytes` is the
 suite's one peak measure; `SavedTensors` counts what autograd saves for backward (claim L9).

@@ -29,9 +29,9 @@ NOTEBOOKS = {
     "input-bound": "03_dataloader_workers.ipynb",
     "sync-bound": "07_item_hygiene.ipynb",
     "overhead-bound": "06_batch_size_and_accumulation.ipynb",
-    "oversubscribed-threads": "03_dataloader_workers.ipynb",
+    "oversubscribed-threads": "04_cpu_threads.ipynb",
     "device-idle": "06_batch_size_and_accumulation.ipynb",
-    "memory-tight": "08_device_placement.ipynb",
+    "memory-tight": "09_training_memory.ipynb",
     "compute-bound": "10_mixed_precision.ipynb",
     "no-tensor-cores": "10_mixed_precision.ipynb",
 }
