@@ -96,3 +96,42 @@ def _parse(source: str) -> ast.AST:
 
 def read(path: Path) -> nbformat.NotebookNode:
     return nbformat.read(path, as_version=4)
+
+
+def explore_callbacks(source: str) -> dict[str, set[str]]:
+    """The functions a cell defines and hands to `interact()`, each with the global names its body
+    reads: the values it computes with whenever a control moves, long after the cell ran."""
+    tree = _parse(source)
+    defined = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    handed = {call.args[0].id for call in ast.walk(tree)
+              if isinstance(call, ast.Call) and call.args and isinstance(call.args[0], ast.Name)
+              and (getattr(call.func, "id", None) or getattr(call.func, "attr", None)) == "interact"}
+    reads = {}
+    for name in sorted(handed & defined.keys()):
+        fn = defined[name]
+        body = ast.Module(body=fn.body, type_ignores=[])  # defaults were evaluated when it was defined
+        params = {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)}
+        nodes = [n for n in ast.walk(body) if isinstance(n, ast.Name)]
+        local = params | {n.id for n in nodes if isinstance(n.ctx, ast.Store)}
+        reads[name] = {n.id for n in nodes if isinstance(n.ctx, ast.Load)} - local
+    return reads
+
+
+def bound_names(source: str) -> set[str]:
+    """The global names a cell rebinds to a new value: assignments, loops and definitions (an
+    import binds the same module again)."""
+    names: set[str] = set()
+    scopes = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef,
+              ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(child.name)
+            elif isinstance(child, ast.Name) and isinstance(child.ctx, ast.Store):
+                names.add(child.id)
+            if not isinstance(child, scopes):
+                visit(child)
+
+    visit(_parse(source))
+    return names

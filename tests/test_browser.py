@@ -162,10 +162,12 @@ def _explore_sections(nb: Path) -> list[bool]:
 
 
 def _move_a_control(interact) -> str:
-    """Change the first dropdown (else nudge the first slider); return what was changed."""
-    dropdowns = interact.locator(".widget-dropdown select")
-    if dropdowns.count():
-        dropdown = dropdowns.first
+    """Change the first dropdown with a choice (else nudge the first slider); return what was changed."""
+    # a dropdown may offer one option on this device (notebook 11 offers only the switches it has)
+    choices = [d for d in interact.locator(".widget-dropdown select").all()
+               if d.locator("option").count() > 1]
+    if choices:
+        dropdown = choices[0]
         options = dropdown.locator("option").all_inner_texts()
         current = dropdown.evaluate("s => s.options[s.selectedIndex].text")
         new = next(o for o in options if o.strip() != current.strip())

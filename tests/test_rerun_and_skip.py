@@ -81,6 +81,32 @@ def test_each_section_imports_what_it_uses(path):
     assert not problems, f"{path.name}: " + "; ".join(problems)
 
 
+def _rebound_under_explore(cells: list[str]) -> list[str]:
+    """Names an Explore callback reads that a later cell binds anew: after Run All, moving a
+    control would compute with the later cell's value (a list where it expects a dict...)."""
+    found = []
+    for i, source in enumerate(cells):
+        for fn, reads in ns.explore_callbacks(source).items():
+            found += [f"{fn} (cell {i}) reads {name}, which cell {j} binds again"
+                      for j in range(i + 1, len(cells)) for name in sorted(ns.bound_names(cells[j]) & reads)]
+    return found
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_no_later_cell_rebinds_what_an_explore_callback_reads(path):
+    nb = ns.read(path)
+    problems = _rebound_under_explore([c.source if c.cell_type == "code" else "" for c in nb.cells])
+    assert not problems, f"{path.name}: " + "; ".join(problems)
+
+
+def test_a_rebound_explore_name_is_found():
+    explore = ("import matplotlib.pyplot as plt\n@one_at_a_time\ndef explore(x=1):\n    plt.bar([0], [timed[x]])\n"
+               "widgets.interact(explore, x=widgets.Dropdown(options=[1, 2]))")
+    later = ["import matplotlib.pyplot as plt\nok = [r for r in rows]", "timed = [r for r in rows]"]
+    assert _rebound_under_explore([explore, later[0]]) == []
+    assert _rebound_under_explore([explore, *later]) == ["explore (cell 0) reads timed, which cell 2 binds again"]
+
+
 @pytest.mark.learner
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
