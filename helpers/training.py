@@ -234,23 +234,32 @@ class SavedTensors(torch.autograd.graph.saved_tensors_hooks):
 class PeakTensorBytes(TorchDispatchMode):
     """`m.peak`: the most bytes of tensors made inside the `with` block alive at once. A CPU has
     no allocator peak and its resident size mixes in caching; this mode sees every operator's
-    outputs (forward, backward, recomputation) and weakly tracks each new storage."""
+    outputs (forward, backward, recomputation) and weakly tracks each new storage. An output
+    that shares the storage of a tensor made before the block (a view such as `weight.t()`, an
+    in-place update of a parameter) is not new memory and is not counted."""
 
     def __init__(self) -> None:
         super().__init__()
         self._live: dict[int, tuple[StorageWeakRef, int]] = {}
+        self._before: dict[int, StorageWeakRef] = {}  # storages first seen as inputs: made outside
         self.peak = self.current = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 - torch's protocol
-        out = func(*args, **(kwargs or {}))
         # forget freed storages first: a new storage may reuse a freed one's address
-        for key in [k for k, (ref, _) in self._live.items() if ref.expired()]:
-            del self._live[key]
+        self._live = {k: v for k, v in self._live.items() if not v[0].expired()}
+        self._before = {k: ref for k, ref in self._before.items() if not ref.expired()}
+        for t in tree_leaves((args, kwargs)):
+            if isinstance(t, torch.Tensor):
+                ref = StorageWeakRef(t.untyped_storage())
+                if ref.cdata not in self._live:
+                    self._before.setdefault(ref.cdata, ref)
+        out = func(*args, **(kwargs or {}))
         for t in tree_leaves(out):
             if isinstance(t, torch.Tensor):
                 storage = t.untyped_storage()
                 ref = StorageWeakRef(storage)
-                self._live.setdefault(ref.cdata, (ref, storage.nbytes()))
+                if ref.cdata not in self._before:
+                    self._live.setdefault(ref.cdata, (ref, storage.nbytes()))
         self.current = sum(n for _, n in self._live.values())
         self.peak = max(self.peak, self.current)
         return out

@@ -227,6 +227,17 @@ def test_peak_tensor_bytes_sees_freed_and_kept_tensors():
     del e
 
 
+def test_peak_tensor_bytes_counts_no_view_or_update_of_a_tensor_made_before():
+    lin = nn.Linear(256, 256)  # a 256 KiB weight, made before the block
+    with training.PeakTensorBytes() as m:
+        lin.weight.t()                      # a view of the weight: no new memory
+        with torch.no_grad():
+            lin.weight.mul_(1.0)            # an optimizer-style in-place update: none either
+        out = lin(torch.randn(4, 256))      # 4 KiB input + 4 KiB output, and views of the weight
+    assert m.peak == 2 * 4 * 256 * 4, m.peak
+    del out
+
+
 def test_peak_step_bytes_shows_what_activation_checkpointing_saves():
     from torch.utils.checkpoint import checkpoint
 
