@@ -232,11 +232,9 @@ class SavedTensors(torch.autograd.graph.saved_tensors_hooks):
 
 
 class PeakTensorBytes(TorchDispatchMode):
-    """`m.peak`: the most bytes of tensors made inside the `with` block alive at once. A CPU has
-    no allocator peak and its resident size mixes in caching; this mode sees every operator's
-    outputs (forward, backward, recomputation) and weakly tracks each new storage. An output
-    that shares the storage of a tensor made before the block (a view such as `weight.t()`, an
-    in-place update of a parameter) is not new memory and is not counted."""
+    """`m.peak`: the most bytes of tensors made inside the `with` block alive at once (a CPU has
+    no allocator peak). It weakly tracks every new storage an operator outputs; a view or
+    in-place update of a tensor made before the block (`weight.t()`) is not new memory."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -248,11 +246,9 @@ class PeakTensorBytes(TorchDispatchMode):
         # forget freed storages first: a new storage may reuse a freed one's address
         self._live = {k: v for k, v in self._live.items() if not v[0].expired()}
         self._before = {k: ref for k, ref in self._before.items() if not ref.expired()}
-        for t in tree_leaves((args, kwargs)):
-            if isinstance(t, torch.Tensor):
-                ref = StorageWeakRef(t.untyped_storage())
-                if ref.cdata not in self._live:
-                    self._before.setdefault(ref.cdata, ref)
+        for ref in (StorageWeakRef(t.untyped_storage()) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)):
+            if ref.cdata not in self._live:
+                self._before.setdefault(ref.cdata, ref)
         out = func(*args, **(kwargs or {}))
         for t in tree_leaves(out):
             if isinstance(t, torch.Tensor):
