@@ -246,7 +246,8 @@ class PeakTensorBytes(TorchDispatchMode):
         # forget freed storages first: a new storage may reuse a freed one's address
         self._live = {k: v for k, v in self._live.items() if not v[0].expired()}
         self._before = {k: ref for k, ref in self._before.items() if not ref.expired()}
-        for ref in (StorageWeakRef(t.untyped_storage()) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)):
+        inputs = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        for ref in (StorageWeakRef(t.untyped_storage()) for t in inputs):
             if ref.cdata not in self._live:
                 self._before.setdefault(ref.cdata, ref)
         out = func(*args, **(kwargs or {}))
