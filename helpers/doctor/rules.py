@@ -33,7 +33,7 @@ NOTEBOOKS = {
     "device-idle": "06_batch_size_and_accumulation.ipynb",
     "memory-tight": "09_training_memory.ipynb",
     "compute-bound": "10_mixed_precision.ipynb",
-    "no-tensor-cores": "10_mixed_precision.ipynb",
+    "no-tensor-cores": "11_compiler_and_fast_paths.ipynb",  # TF32: one line; bf16 autocast is 10
 }
 
 
@@ -190,8 +190,8 @@ def no_tensor_cores(m: Measured) -> Finding | None:
     if not (m.tensor_cores_idle and fp32):
         return None
     return Finding("no-tensor-cores", f"hot ops in float32 ({', '.join(fp32)}) with TF32 off on a "
-                   "GPU with tensor cores", None, "torch.autocast('cuda', dtype=torch.bfloat16), "
-                   "or torch.set_float32_matmul_precision('high')", NOTEBOOKS["no-tensor-cores"],
+                   "GPU with tensor cores", None, "torch.set_float32_matmul_precision('high') (TF32), or "
+                   "torch.autocast('cuda', dtype=torch.bfloat16) (notebook 10)", NOTEBOOKS["no-tensor-cores"],
                    rule="fp32 hot ops, TF32 off (the TensorBoard advisor's 0 % tensor-core rule)")
 
 
