@@ -72,7 +72,10 @@ JS_ALL_RAN = f"""() => {{
   if (!w) return false;
   const cells = Array.from(w.content.model.cells).filter(c => c.type === 'code');
   const k = w.sessionContext.session && w.sessionContext.session.kernel;
-  return cells.length > 0 && cells.every(c => c.executionCount !== null)
+  // Run All stops at a cell's error: then the cells below never run, and waiting is pointless
+  const failed = cells.some(c => Array.from({{length: c.outputs.length}}, (_, j) => c.outputs.get(j).toJSON())
+                                       .some(o => o.output_type === 'error'));
+  return cells.length > 0 && (failed || cells.every(c => c.executionCount !== null))
          && !!k && k.status === 'idle';
 }}"""
 JS_ERRORS = f"""() => {{
