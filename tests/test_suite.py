@@ -19,6 +19,27 @@ def test_execute_writes_an_executed_copy_and_leaves_the_source(tmp_path):
     assert src.read_text() == before
 
 
+@pytest.mark.parametrize("message, tries, status", [
+    ("Kernel died before replying to kernel_info", 2, "ok"),  # a port taken meanwhile: start anew
+    ("No kernel is running!", 1, "failed"),                    # anything else is reported, not retried
+])
+def test_a_kernel_that_dies_before_any_cell_is_started_once_more(tmp_path, monkeypatch, message, tries, status):
+    real, calls = runner.NotebookClient.execute, []
+
+    def dies_first(self, **kw):  # what jupyter_client raises when the kernel could not bind its ports
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError(message)
+        return real(self, **kw)
+
+    monkeypatch.setattr(runner.NotebookClient, "execute", dies_first)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("print(6 * 7)")]
+    nbformat.write(nb, tmp_path / "97_start.ipynb")
+    res = runner.execute(tmp_path / "97_start.ipynb", tmp_path / "out", timeout=120)
+    assert (res["status"], len(calls)) == (status, tries), res
+
+
 def test_failing_notebook_is_reported(tmp_path):
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell("raise ValueError('boom')")]

@@ -70,7 +70,12 @@ def execute(nb_path: Path, out_dir: Path, timeout: int) -> dict:
     def run() -> None:
         try:
             with open(out_dir / f"{nb_path.stem}.kernel.log", "w") as log:
-                client.execute(stdout=log, stderr=log)
+                try:
+                    client.execute(stdout=log, stderr=log)
+                except RuntimeError as e:  # died before any cell: another process took a port picked
+                    if "kernel_info" not in str(e):  # for it (jupyter_client binds, then releases them)
+                        raise
+                    client.execute(stdout=log, stderr=log)  # once more: a new kernel, new ports
         except CellExecutionError as e:
             outcome.update(status="failed", error=f"{e.ename}: {e.evalue}"[:500])
         except CellTimeoutError as e:
