@@ -165,7 +165,8 @@ def _control_moved_during_a_cell(wrapped: bool) -> dict:
         long_id = k.kc.execute(LONG_CELL.format(wait_s=3 if wrapped else 30))
         k.wait_iopub(lambda m: _from(long_id, "stream")(m) and "cell running" in m["content"]["text"], 60)
         second = k.change(dropdown, {"index": 0}, subshell)
-        k.wait_iopub(_image_for(second), 90)
+        # its handler's end (a plain callback's plot may be flushed under another message's parent)
+        k.wait_iopub(_idle(second), 90)
         while True:   # the long cell's reply
             reply = k.kc.get_shell_msg(timeout=90)
             if reply["parent_header"].get("msg_id") == long_id:
