@@ -46,7 +46,8 @@ run: install
 	$(BIN)/python -m helpers.suite $(if $(PROFILE),--profile $(PROFILE)) $(if $(CONFIRM),--yes)
 
 lint: install
-	$(BIN)/ruff check helpers tests notebooks benchmarks
+	$(BIN)/ruff format --check helpers tests notebooks benchmarks scripts
+	$(BIN)/ruff check helpers tests notebooks benchmarks scripts
 	$(BIN)/nbstripout --verify notebooks/*.ipynb
 
 unit: install

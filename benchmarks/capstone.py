@@ -36,15 +36,31 @@ PARAMETERS_MARK = "P = profiles.active()"  # the notebook's parameters cell
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     gpu = devices.accelerator() == "cuda"  # a CUDA GPU this torch runs on
-    p = argparse.ArgumentParser(prog="python -m benchmarks.capstone", description=__doc__.split("\n")[0])
-    p.add_argument("--profile", choices=("smoke", "full"), default="full" if gpu else "smoke",
-                   help="the notebook's profile (default: full on a GPU, smoke on a CPU: about a minute)")
-    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                   help="override a parameter of the notebook, e.g. --set ACC_EPOCHS=3 (a Python literal)")
-    p.add_argument("--accuracy-epochs", type=int, default=None, help="shorthand for --set ACC_EPOCHS=N")
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.capstone", description=__doc__.split("\n")[0]
+    )
+    p.add_argument(
+        "--profile",
+        choices=("smoke", "full"),
+        default="full" if gpu else "smoke",
+        help="the notebook's profile (default: full on a GPU, smoke on a CPU: about a minute)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override a parameter of the notebook, e.g. --set ACC_EPOCHS=3 (a Python literal)",
+    )
+    p.add_argument(
+        "--accuracy-epochs", type=int, default=None, help="shorthand for --set ACC_EPOCHS=N"
+    )
     p.add_argument("--timeout", type=int, default=1800, help="seconds one cell may run")
-    p.add_argument("--reference-dir", default=None,
-                   help="where a GPU run also writes its figures (default results/reference/<date>_<gpu>)")
+    p.add_argument(
+        "--reference-dir",
+        default=None,
+        help="where a GPU run also writes its figures (default results/reference/<date>_<gpu>)",
+    )
     a = p.parse_args(argv)
     if a.accuracy_epochs is not None:
         if a.accuracy_epochs < 1:
@@ -59,38 +75,78 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 def notebook_with(overrides: list[str]) -> nbformat.NotebookNode:
     """Notebook 18 with a cell setting `overrides` right after its parameters cell."""
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    i = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and PARAMETERS_MARK in c.source)
+    i = next(
+        i for i, c in enumerate(nb.cells) if c.cell_type == "code" and PARAMETERS_MARK in c.source
+    )
     if overrides:
-        src = "# injected by benchmarks.capstone\n" + "\n".join(overrides) + "\nprint('overridden:', "
+        src = (
+            "# injected by benchmarks.capstone\n" + "\n".join(overrides) + "\nprint('overridden:', "
+        )
         src += ", ".join(repr(o) for o in overrides) + ")"
         nb.cells.insert(i + 1, nbformat.v4.new_code_cell(src))
     return nb
 
 
 def table(rows: list[dict]) -> str:
-    head = ["step", "kept", "s/epoch", "spread s", "samples/s", "x ref", "busy %", "% of measured matmul",
-            "% of peak", "note"]
+    head = [
+        "step",
+        "kept",
+        "s/epoch",
+        "spread s",
+        "samples/s",
+        "x ref",
+        "busy %",
+        "% of measured matmul",
+        "% of peak",
+        "note",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
     def f(v, fmt):
         return "-" if v is None else format(v, fmt)
 
     for r in rows:
-        lines.append("| " + " | ".join([
-            r["step"], "yes" if r["kept"] else "no", f(r["seconds_per_epoch"], ".3f"), f(r["spread_s"], ".3f"),
-            f(r["samples_per_s"], ".0f"), f(r["ratio"], ".2f"), f(r["busy_pct"], ".0f"), f(r["ceiling_pct"], ".1f"),
-            f(r["peak_pct"], ".1f") + (f" of {r['peak_precision']}" if r["peak_pct"] is not None else ""),
-            r["note"]]) + " |")
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    r["step"],
+                    "yes" if r["kept"] else "no",
+                    f(r["seconds_per_epoch"], ".3f"),
+                    f(r["spread_s"], ".3f"),
+                    f(r["samples_per_s"], ".0f"),
+                    f(r["ratio"], ".2f"),
+                    f(r["busy_pct"], ".0f"),
+                    f(r["ceiling_pct"], ".1f"),
+                    f(r["peak_pct"], ".1f")
+                    + (f" of {r['peak_precision']}" if r["peak_pct"] is not None else ""),
+                    r["note"],
+                ]
+            )
+            + " |"
+        )
     return "\n".join(lines)
 
 
 def bench_rows(recorded: dict) -> list[dict]:
     """The notebook's waterfall rows under the benchmark's column names."""
-    return [{"step": r["step"], "kept": r["kept"], "seconds_per_epoch": r["s / epoch"], "spread_s": r["spread s"],
-             "samples_per_s": r["samples/s"], "ratio": r["x reference"], "busy_pct": r["device busy %"],
-             "ceiling_pct": r.get("% of measured matmul"), "peak_pct": r["% of peak"],
-             "peak_precision": r["peak precision"], "note": r["note"],
-             "cuda_graphs_used": r["cuda graphs used"]} for r in recorded["waterfall"]]
+    return [
+        {
+            "step": r["step"],
+            "kept": r["kept"],
+            "seconds_per_epoch": r["s / epoch"],
+            "spread_s": r["spread s"],
+            "samples_per_s": r["samples/s"],
+            "ratio": r["x reference"],
+            "busy_pct": r["device busy %"],
+            "ceiling_pct": r.get("% of measured matmul"),
+            "peak_pct": r["% of peak"],
+            "peak_precision": r["peak precision"],
+            "note": r["note"],
+            "cuda_graphs_used": r["cuda graphs used"],
+        }
+        for r in recorded["waterfall"]
+    ]
 
 
 def summary(recorded: dict, rows: list[dict], a: argparse.Namespace, seconds: float) -> str:
@@ -99,20 +155,33 @@ def summary(recorded: dict, rows: list[dict], a: argparse.Namespace, seconds: fl
     fast = next(r for r in reversed(rows) if r["kept"])
     detail = "; ".join(s["detail"] for s in recorded["data_sources"].values())
     ref_acc, fast_acc = m.get("reference test accuracy"), m.get("fast recipe test accuracy")
-    return "\n".join([
-        f"# Capstone benchmark: {name}", "",
-        f"- date: {time.strftime('%Y-%m-%d %H:%M %Z')}; torch {torch.__version__}; notebook 18, profile "
-        f"{a.profile}" + (f", overridden: {', '.join(a.set)}" if a.set else ""),
-        f"- data: {detail}",
-        f"- model: d2l ResNet-18; {recorded['gflop_per_image']:.3f} GFLOP per training image "
-        "(torch.utils.flop_counter, forward + backward)",
-        "- timing: one untimed warm-up epoch, then the median of the timed epochs per step; a step is "
-        "kept when it beats the best so far by more than 2 % and the spread", "", table(rows), "",
-        f"**fast recipe**: {fast['step']} stack, {fast['seconds_per_epoch']:.3f} s/epoch, "
-        f"{fast['ratio']:.2f}x the reference",
-        f"\n**accuracy**: reference {ref_acc:.4f}, fast {fast_acc:.4f} ({100 * (fast_acc - ref_acc):+.2f} pp)"
-        + (" - SYNTHETIC data" if any(s["synthetic"] for s in recorded["data_sources"].values()) else ""),
-        f"\ntotal benchmark time {seconds:.0f} s"])
+    return "\n".join(
+        [
+            f"# Capstone benchmark: {name}",
+            "",
+            f"- date: {time.strftime('%Y-%m-%d %H:%M %Z')}; torch {torch.__version__}; "
+            f"notebook 18, profile {a.profile}"
+            + (f", overridden: {', '.join(a.set)}" if a.set else ""),
+            f"- data: {detail}",
+            f"- model: d2l ResNet-18; {recorded['gflop_per_image']:.3f} GFLOP per training image "
+            "(torch.utils.flop_counter, forward + backward)",
+            "- timing: one untimed warm-up epoch, then the median of the timed epochs per step; "
+            "a step is kept when it beats the best so far by more than 2 % and the spread",
+            "",
+            table(rows),
+            "",
+            f"**fast recipe**: {fast['step']} stack, {fast['seconds_per_epoch']:.3f} s/epoch, "
+            f"{fast['ratio']:.2f}x the reference",
+            f"\n**accuracy**: reference {ref_acc:.4f}, fast {fast_acc:.4f} "
+            f"({100 * (fast_acc - ref_acc):+.2f} pp)"
+            + (
+                " - SYNTHETIC data"
+                if any(s["synthetic"] for s in recorded["data_sources"].values())
+                else ""
+            ),
+            f"\ntotal benchmark time {seconds:.0f} s",
+        ]
+    )
 
 
 def save(recorded: dict, rows: list[dict], text: str, a: argparse.Namespace) -> None:
@@ -125,11 +194,21 @@ def save(recorded: dict, rows: list[dict], text: str, a: argparse.Namespace) -> 
         rec.data["data_sources"] = recorded["data_sources"]
         for row in rows:
             if row["seconds_per_epoch"] is not None:
-                rec.measure(f"bench: {row['step']} s/epoch", row["seconds_per_epoch"], "s", ratio=row["ratio"],
-                            note="x reference", quiet=True, kept=row["kept"], busy_pct=row["busy_pct"],
-                            peak_pct=row["peak_pct"], peak_precision=row["peak_precision"],
-                            samples_per_s=row["samples_per_s"], spread_s=row["spread_s"],
-                            cuda_graphs_used=row["cuda_graphs_used"])
+                rec.measure(
+                    f"bench: {row['step']} s/epoch",
+                    row["seconds_per_epoch"],
+                    "s",
+                    ratio=row["ratio"],
+                    note="x reference",
+                    quiet=True,
+                    kept=row["kept"],
+                    busy_pct=row["busy_pct"],
+                    peak_pct=row["peak_pct"],
+                    peak_precision=row["peak_precision"],
+                    samples_per_s=row["samples_per_s"],
+                    spread_s=row["spread_s"],
+                    cuda_graphs_used=row["cuda_graphs_used"],
+                )
         for m in recorded["measurements"]:
             if m["name"].endswith("test accuracy"):
                 rec.measure(f"bench: {m['name']}", m["value"], "", quiet=True)

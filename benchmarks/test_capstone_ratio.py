@@ -54,21 +54,27 @@ MIN_GPU_RATIO = 1.0
 @pytest.mark.gpu
 def test_fast_recipe_on_gpu(tmp_path, monkeypatch, record_property):
     if devices.accelerator() != "cuda":
-        pytest.skip("needs a CUDA GPU: the fast recipe beats the reference beyond noise and, "
-                    "on an H100, trains an epoch in <= 1.0 s")
+        pytest.skip(
+            "needs a CUDA GPU: the fast recipe beats the reference beyond noise and, "
+            "on an H100, trains an epoch in <= 1.0 s"
+        )
     rows = _run_bench(tmp_path, monkeypatch, ["--reference-dir", str(tmp_path / "reference")])
     ref, fast = rows[0], [r for r in rows if r["kept"]][-1]
     record_property("ratio", fast["ratio"])
     record_property("fast_seconds_per_epoch", fast["seconds_per_epoch"])
-    print(f"fast recipe ({fast['step']} stack): {fast['seconds_per_epoch']:.3f} s/epoch, "
-          f"{fast['ratio']:.2f}x the reference ({ref['seconds_per_epoch']:.3f} s/epoch) "
-          f"on {torch.cuda.get_device_name()}")
+    print(
+        f"fast recipe ({fast['step']} stack): {fast['seconds_per_epoch']:.3f} s/epoch, "
+        f"{fast['ratio']:.2f}x the reference ({ref['seconds_per_epoch']:.3f} s/epoch) "
+        f"on {torch.cuda.get_device_name()}"
+    )
     graphs = [r for r in rows if r["step"] == "+ CUDA graphs"]
     if graphs and graphs[0]["cuda_graphs_used"] is not None:
         print(f"CUDA graphs used: {graphs[0]['cuda_graphs_used']} ({graphs[0]['note']})")
     assert fast is not ref, "no change beat the book's loop beyond noise on this GPU"
     gain = ref["seconds_per_epoch"] - fast["seconds_per_epoch"]
-    assert gain > max(ref["spread_s"], fast["spread_s"]), "the speed-up is inside the measured spread"
+    assert gain > max(ref["spread_s"], fast["spread_s"]), (
+        "the speed-up is inside the measured spread"
+    )
     assert fast["ratio"] > MIN_GPU_RATIO
     if "H100" in torch.cuda.get_device_name():
         assert fast["seconds_per_epoch"] <= 1.0

@@ -64,12 +64,18 @@ def watched(loader, net, **kw) -> doctor.Watch:
 
 LOOPS = {
     # name: (broken loader, model, the fix applied: a loader, the finding)
-    "input-bound": (lambda: DataLoader(Blurred(), batch_size=8),
-                    lambda: nn.Sequential(nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(4, 10)),
-                    lambda k: DataLoader(Blurred(), batch_size=8, num_workers=k, persistent_workers=True),
-                    "input-bound"),
-    "overhead-bound": (lambda: batched(4096, 16, 4), tiny_ops_net, lambda k: batched(4096, 16, 8),
-                       "overhead-bound"),
+    "input-bound": (
+        lambda: DataLoader(Blurred(), batch_size=8),
+        lambda: nn.Sequential(nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(4, 10)),
+        lambda k: DataLoader(Blurred(), batch_size=8, num_workers=k, persistent_workers=True),
+        "input-bound",
+    ),
+    "overhead-bound": (
+        lambda: batched(4096, 16, 4),
+        tiny_ops_net,
+        lambda k: batched(4096, 16, 8),
+        "overhead-bound",
+    ),
 }
 
 
@@ -84,8 +90,10 @@ def test_predicted_speedup_is_within_25_percent_of_the_rerun(name):
         after = watched(fixed(w.measured.cores), model(), what_if=False)
         measured.append(after.measured.samples_per_s / w.measured.samples_per_s)
     p, m = statistics.median(predicted), statistics.median(measured)
-    print(f"{name}: predicted {p:.2f}x (runs {[round(x, 2) for x in predicted]}), "
-          f"re-run {m:.2f}x (runs {[round(x, 2) for x in measured]}): ratio {p / m:.2f}")
+    print(
+        f"{name}: predicted {p:.2f}x (runs {[round(x, 2) for x in predicted]}), "
+        f"re-run {m:.2f}x (runs {[round(x, 2) for x in measured]}): ratio {p / m:.2f}"
+    )
     assert abs(p / m - 1) <= PREDICTION_BAR
 
 

@@ -26,7 +26,9 @@ pytestmark = [pytest.mark.load, pytest.mark.benchmark]
 # all cores' threads beside a busy process: at least this many times the rule's time (measured
 # 1.5-3.6x on the 2-core machine, the size varying with the scheduler; 1.3 is a loss beyond noise)
 LEAST_COLLAPSE = 1.3
-WINDOW = 0.2  # seconds per time-boxed window: many scheduler slices, so the busy process gets its turns
+WINDOW = (
+    0.2  # seconds per time-boxed window: many scheduler slices, so the busy process gets its turns
+)
 ROUNDS = 3  # the two settings alternate: a slow spell of the machine falls on both
 
 
@@ -51,7 +53,9 @@ def wait_until_quiet(cores: int, timeout: float = 30.0) -> None:
 
 def small_ops(x: torch.Tensor, steps: int = 20) -> torch.Tensor:
     for _ in range(steps):
-        x = torch.relu(x * 0.999 + 0.001)  # 65,536 elements: above the grain size, split over the threads
+        x = torch.relu(
+            x * 0.999 + 0.001
+        )  # 65,536 elements: above the grain size, split over the threads
     return x
 
 
@@ -73,16 +77,25 @@ def seconds_per_call(threads: int, x: torch.Tensor) -> float:
 def test_threads_past_the_free_cores_collapse_beside_a_busy_process():
     cores = devices.usable_cores()
     if cores < 2:
-        pytest.skip("one usable core: every thread count past the free cores is also past the machine")
+        pytest.skip(
+            "one usable core: every thread count past the free cores is also past the machine"
+        )
     x = torch.randn(65_536)
     wait_until_quiet(cores)
     with one_busy_process():
         rule = devices.share()  # the busy process's core is not free
         pairs = [(seconds_per_call(cores, x), seconds_per_call(rule, x)) for _ in range(ROUNDS)]
     ratio = statistics.median(over / within for over, within in pairs)
-    print(f"\nbeside one busy process, {cores} threads vs {rule} thread(s) (devices.share()), ms per call: "
-          + ", ".join(f"{1e3 * over:.2f} vs {1e3 * within:.2f}" for over, within in pairs)
-          + f"; median ratio {ratio:.1f}x")
-    assert rule < cores, f"devices.share() counted the busy process's core as free ({rule} of {cores})"
-    assert ratio >= LEAST_COLLAPSE, (f"{cores} threads beside a busy process took {ratio:.2f}x the time of "
-                                     f"{rule}; the collapse should be at least {LEAST_COLLAPSE}x")
+    print(
+        f"\nbeside one busy process, {cores} threads vs {rule} thread(s) (devices.share()), "
+        "ms per call: "
+        + ", ".join(f"{1e3 * over:.2f} vs {1e3 * within:.2f}" for over, within in pairs)
+        + f"; median ratio {ratio:.1f}x"
+    )
+    assert rule < cores, (
+        f"devices.share() counted the busy process's core as free ({rule} of {cores})"
+    )
+    assert ratio >= LEAST_COLLAPSE, (
+        f"{cores} threads beside a busy process took {ratio:.2f}x the time of "
+        f"{rule}; the collapse should be at least {LEAST_COLLAPSE}x"
+    )

@@ -20,7 +20,9 @@ LEAST_GAIN = 1.15  # 2 threads on 2 free cores: well short of 2x, well above noi
 def test_a_big_matmul_gains_from_the_free_cores():
     free = devices.free_cores()
     if free < 2:
-        pytest.skip(f"{free} free core(s) of {devices.usable_cores()}: nothing to split a matmul over")
+        pytest.skip(
+            f"{free} free core(s) of {devices.usable_cores()}: nothing to split a matmul over"
+        )
     a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
     seconds = {}
     for threads in (1, free):
@@ -28,4 +30,6 @@ def test_a_big_matmul_gains_from_the_free_cores():
             seconds[threads] = timing.benchmark(lambda: a @ b, warmup=2, repeats=7).median
     gain = seconds[1] / seconds[free]
     print(f"\n1024x1024 matmul: {free} threads {gain:.2f}x one thread's speed")
-    assert gain >= LEAST_GAIN, f"{free} threads on {free} free cores: {gain:.2f}x one thread's speed"
+    assert gain >= LEAST_GAIN, (
+        f"{free} threads on {free} free cores: {gain:.2f}x one thread's speed"
+    )

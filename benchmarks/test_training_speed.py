@@ -1,4 +1,6 @@
-"""Speed ratios of the training-step techniques (notebooks 06-10). Ratios only, never absolute times.
+"""Speed ratios of the training-step techniques (notebooks 06-10).
+
+Ratios only, never absolute times.
 
 Run: `FTG_PROFILE=smoke .venv/bin/python -m pytest benchmarks -m benchmark -q`.
 The GPU checks are skipped with a reason on a machine without CUDA.
@@ -17,18 +19,25 @@ from helpers import devices, models, timing
 from helpers.devices import cpu_threads
 
 pytestmark = pytest.mark.benchmark
-needs_gpu = pytest.mark.skipif(devices.accelerator() != "cuda", reason="needs a CUDA GPU this torch runs on")
+needs_gpu = pytest.mark.skipif(
+    devices.accelerator() != "cuda", reason="needs a CUDA GPU this torch runs on"
+)
 needs_bf16 = pytest.mark.skipif(  # without a GPU, say that, not what a GPU would lack
     devices.accelerator() != "cuda" or not devices.capabilities("cuda").ok("bf16"),
-    reason="needs a CUDA GPU this torch runs on" if devices.accelerator() != "cuda"
-    else devices.capabilities("cuda").skip.get("bf16", "native bf16"))
+    reason="needs a CUDA GPU this torch runs on"
+    if devices.accelerator() != "cuda"
+    else devices.capabilities("cuda").skip.get("bf16", "native bf16"),
+)
 
 
-def _samples_per_s(net, batches, *, device, precision="fp32", channels_last=False, fused=False,
-                   log_every=0) -> float:
+def _samples_per_s(
+    net, batches, *, device, precision="fp32", channels_last=False, fused=False, log_every=0
+) -> float:
     """Samples/s of a plain SGD loop over `batches` (the loop of notebooks 07 and 10): one warm-up
     epoch, then the best of two timed epochs."""
-    net = copy.deepcopy(net).to(device, memory_format=torch.channels_last if channels_last else torch.preserve_format)
+    net = copy.deepcopy(net).to(
+        device, memory_format=torch.channels_last if channels_last else torch.preserve_format
+    )
     opt = torch.optim.SGD(net.parameters(), lr=0.01, **({"fused": True} if fused else {}))
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
     scaler = torch.amp.GradScaler(device) if precision == "fp16" else None
@@ -72,13 +81,18 @@ def test_logging_every_step_is_not_faster_than_every_50():
     """A deferred .item(): logging rarely never costs more than syncing every step (10 % slack)."""
     dev = "cuda" if devices.accelerator() == "cuda" else "cpu"
     net = nn.Sequential(nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 10))
-    data = [(torch.randn(64, 128, device=dev), torch.randint(0, 10, (64,), device=dev)) for _ in range(200)]
+    data = [
+        (torch.randn(64, 128, device=dev), torch.randint(0, 10, (64,), device=dev))
+        for _ in range(200)
+    ]
     every, rare = 0.0, 0.0
     with cpu_threads(1) if dev == "cpu" else contextlib.nullcontext():
         for _ in range(3):  # interleaved, best of each: other load on the machine hits both alike
             every = max(every, _samples_per_s(net, data, device=dev, log_every=1))
             rare = max(rare, _samples_per_s(net, data, device=dev, log_every=50))
-    assert rare > 0.9 * every, f"logging every 50 steps: {rare:.0f} samples/s, every step: {every:.0f}"
+    assert rare > 0.9 * every, (
+        f"logging every 50 steps: {rare:.0f} samples/s, every step: {every:.0f}"
+    )
 
 
 @needs_gpu
@@ -89,8 +103,10 @@ def test_bf16_channels_last_reaches_2_5x_fp32_on_resnet18_cifar_shape(monkeypatc
     # cuDNN autotuning for both sides; monkeypatch restores the global flag after the test
     monkeypatch.setattr(torch.backends.cudnn, "benchmark", True)
     net = models.resnet18(num_classes=10, in_channels=3, width=64)
-    batches = [(torch.randn(256, 3, 32, 32, device="cuda"), torch.randint(0, 10, (256,), device="cuda"))
-               for _ in range(20)]
+    batches = [
+        (torch.randn(256, 3, 32, 32, device="cuda"), torch.randint(0, 10, (256,), device="cuda"))
+        for _ in range(20)
+    ]
     fp32 = _samples_per_s(net, batches, device="cuda")
     fast = _samples_per_s(net, batches, device="cuda", precision="bf16", channels_last=True)
     print(f"fp32 {fp32:.0f} samples/s, bf16+channels_last {fast:.0f} samples/s: {fast / fp32:.2f}x")
@@ -101,9 +117,12 @@ def test_bf16_channels_last_reaches_2_5x_fp32_on_resnet18_cifar_shape(monkeypatc
 @pytest.mark.gpu
 def test_fp16_with_scaler_is_faster_than_fp32_on_gpu():
     net = models.resnet18(num_classes=10, in_channels=3, width=64)
-    batches = [(torch.randn(256, 3, 32, 32, device="cuda"), torch.randint(0, 10, (256,), device="cuda"))
-               for _ in range(20)]
-    # fused SGD on both sides: fp16's GradScaler path uses it (no inf-check sync), same optimizer work
+    batches = [
+        (torch.randn(256, 3, 32, 32, device="cuda"), torch.randint(0, 10, (256,), device="cuda"))
+        for _ in range(20)
+    ]
+    # fused SGD on both sides: fp16's GradScaler path uses it (no inf-check sync),
+    # same optimizer work
     fp32 = _samples_per_s(net, batches, device="cuda", fused=True)
     fp16 = _samples_per_s(net, batches, device="cuda", precision="fp16")
     assert fp16 / fp32 > 1.3
@@ -121,9 +140,9 @@ def test_empty_cache_every_step_does_not_speed_up_the_loop():
                 nn.functional.cross_entropy(net(X), y).backward()
                 if clear:
                     torch.cuda.empty_cache()
+
         return run
 
     plain = timing.benchmark(loop(False), repeats=5).median
     cleared = timing.benchmark(loop(True), repeats=5).median
     assert cleared > 0.95 * plain
-

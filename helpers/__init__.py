@@ -85,9 +85,12 @@ def _warn_below_tested_versions() -> None:
         if release(have) < release(m[2]):
             older.append((f"{m[1]} {have} (tested from {m[2]})", f"'{m[1]}>={m[2]}'"))
     if older:
-        warnings.warn(f"Feed the GPU is tested on newer versions than this environment has: "
-                      f"{', '.join(o[0] for o in older)}; some notebooks may fail. Upgrade with: "
-                      f"pip install {' '.join(o[1] for o in older)}", stacklevel=2)
+        warnings.warn(
+            f"Feed the GPU is tested on newer versions than this environment has: "
+            f"{', '.join(o[0] for o in older)}; some notebooks may fail. Upgrade with: "
+            f"pip install {' '.join(o[1] for o in older)}",
+            stacklevel=2,
+        )
 
 
 _warn_below_tested_versions()

@@ -26,7 +26,10 @@ D2L_WORKERS = 4  # d2l.get_dataloader_workers()
 MIN_STEADY_EPOCHS = 3  # timed epochs a compiled recipe needs (the warm-up epoch compiles)
 DATA_MODES = ("loader", "memory", "device")
 INITS = ("d2l", "default")
-SAFEGUARDS = {"init": "default", "lr_schedule": "linear-decay"}  # speed-neutral; notebook 18, section 5
+SAFEGUARDS = {
+    "init": "default",
+    "lr_schedule": "linear-decay",
+}  # speed-neutral; notebook 18, section 5
 
 
 @dataclass
@@ -52,8 +55,15 @@ def load_data(n_train: int | None = None, n_test: int | None = None) -> Capstone
     x_tr, y_tr = data.as_tensors(train, n_train)
     x_te, y_te = data.as_tensors(test, n_test)
     train_ds = Subset(train, range(len(x_tr))) if n_train else train
-    return CapstoneData(train_ds, x_tr, y_tr, x_te, y_te, bool(train.synthetic),
-                        f"{data.describe(train)}; using {len(x_tr)} train / {len(x_te)} test images")
+    return CapstoneData(
+        train_ds,
+        x_tr,
+        y_tr,
+        x_te,
+        y_te,
+        bool(train.synthetic),
+        f"{data.describe(train)}; using {len(x_tr)} train / {len(x_te)} test images",
+    )
 
 
 def build_net(width: int = 64, seed: int = 0, init: str = "d2l") -> nn.Module:
@@ -74,27 +84,32 @@ class Recipe:
     """One bar of the waterfall: how the data is fed and which changes are on."""
 
     name: str
-    data: str = "loader"            # the book's DataLoader, or uint8 batches in "memory" / on "device"
+    data: str = "loader"  # the book's DataLoader, or uint8 batches in "memory" / on "device"
     batch_size: int = 256
     lr: float = 0.1
-    precision: str = "fp32"         # or "bf16" autocast
+    precision: str = "fp32"  # or "bf16" autocast
     channels_last: bool = False
     compile: dict[str, Any] | None = None  # torch.compile's keyword arguments; None: eager
     fused: bool = False
-    tf32: bool = False              # fp32 matmuls on TF32 tensor cores
+    tf32: bool = False  # fp32 matmuls on TF32 tensor cores
     cudnn_benchmark: bool | None = None  # None: PyTorch's default (off), as in the book
-    init: str = "d2l"               # see build_net
-    lr_schedule: str = "constant"   # the book's, or "linear-decay" (to 0 over the run)
+    init: str = "d2l"  # see build_net
+    lr_schedule: str = "constant"  # the book's, or "linear-decay" (to 0 over the run)
     note: str = ""
 
     def __post_init__(self) -> None:
-        for name, value, allowed in (("data", self.data, DATA_MODES), ("init", self.init, INITS),
-                                     ("lr_schedule", self.lr_schedule, ("constant", "linear-decay")),
-                                     ("precision", self.precision, ("fp32", "bf16"))):
+        for name, value, allowed in (
+            ("data", self.data, DATA_MODES),
+            ("init", self.init, INITS),
+            ("lr_schedule", self.lr_schedule, ("constant", "linear-decay")),
+            ("precision", self.precision, ("fp32", "bf16")),
+        ):
             check_choice(name, value, allowed, where="Recipe")
         if self.data == "loader" and self.lr_schedule != "constant":
-            raise ValueError("Recipe: data='loader' is the book's loop, which has a constant lr; "
-                             f"lr_schedule must be 'constant' there, got {self.lr_schedule!r}")
+            raise ValueError(
+                "Recipe: data='loader' is the book's loop, which has a constant lr; "
+                f"lr_schedule must be 'constant' there, got {self.lr_schedule!r}"
+            )
         check_int("batch_size", self.batch_size, 1, where="Recipe")
         check_number("lr", self.lr, where="Recipe")
 
@@ -120,7 +135,8 @@ class StepResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-# train(net, recipe, num_epochs, max_batches=None, on_step=None) -> {"seconds": [...], "samples": [...]}
+# train(net, recipe, num_epochs, max_batches=None, on_step=None)
+#     -> {"seconds": [...], "samples": [...]}
 Train = Callable[..., dict[str, list]]
 
 
@@ -130,9 +146,18 @@ def _cuda_graph_skips() -> int:
     return int(counters["inductor"]["cudagraph_skips"])
 
 
-def measure(recipe: Recipe, train: Train, *, n_train: int, device: torch.device | str, width: int = 64,
-            epochs: int = MIN_STEADY_EPOCHS, max_batches: int | None = None, busy_steps: int = 10,
-            seed: int = 0) -> StepResult:
+def measure(
+    recipe: Recipe,
+    train: Train,
+    *,
+    n_train: int,
+    device: torch.device | str,
+    width: int = 64,
+    epochs: int = MIN_STEADY_EPOCHS,
+    max_batches: int | None = None,
+    busy_steps: int = 10,
+    seed: int = 0,
+) -> StepResult:
     """Time `train` on `recipe`: an untimed warm-up epoch (worker start-up, compiling, graph
     recording), then `epochs` timed ones of at most `max_batches` batches, their median scaled
     to `n_train` images. Then `busy_steps` steady steps of one more epoch, past the loader's
@@ -142,19 +167,25 @@ def measure(recipe: Recipe, train: Train, *, n_train: int, device: torch.device 
     check_int("busy_steps", busy_steps, 0, where="measure")
     if recipe.compile is not None:
         if epochs < MIN_STEADY_EPOCHS:
-            raise ValueError(f"measure: {recipe.name!r} compiles; time at least {MIN_STEADY_EPOCHS} epochs "
-                             f"after the warm-up epoch (got epochs={epochs}): one epoch is one sample")
+            raise ValueError(
+                f"measure: {recipe.name!r} compiles; time at least {MIN_STEADY_EPOCHS} epochs "
+                f"after the warm-up epoch (got epochs={epochs}): one epoch is one sample"
+            )
         torch.compiler.reset()  # each compiled bar starts clean: no earlier bar's graphs
     skips0 = _cuda_graph_skips() if recipe.uses_cuda_graphs else 0
     net = build_net(width, seed, recipe.init)
     out = train(net, recipe, 1 + epochs, max_batches=max_batches)
-    per_epoch = [n_train * s / n for s, n in list(zip(out["seconds"], out["samples"], strict=True))[1:]]
+    per_epoch = [
+        n_train * s / n for s, n in list(zip(out["seconds"], out["samples"], strict=True))[1:]
+    ]
     window = None
     if busy_steps:
         n_batches = max(n_train // recipe.batch_size, 2)
         warm = 2 * D2L_WORKERS + 2 if recipe.data == "loader" else 3
         steps = min(busy_steps, n_batches - 1)
-        window = diagnose.StepWindow(device=dev, warmup=max(1, min(warm, n_batches - steps)), steps=steps)
+        window = diagnose.StepWindow(
+            device=dev, warmup=max(1, min(warm, n_batches - steps)), steps=steps
+        )
         train(net, recipe, 1, max_batches=window.stop_after, on_step=window)
         window.finish()
     extra: dict[str, Any] = {"epoch_seconds": per_epoch}
@@ -164,8 +195,15 @@ def measure(recipe: Recipe, train: Train, *, n_train: int, device: torch.device 
         extra["cuda_graphs_used"] = extra["cudagraph_skips"] == 0 and launches != 0
     seconds = statistics.median(per_epoch)
     busy = window.busy_fraction if window is not None else None
-    return StepResult(recipe.name, seconds, n_train / seconds, busy, note=recipe.note,
-                      spread_s=max(per_epoch) - min(per_epoch), extra=extra)
+    return StepResult(
+        recipe.name,
+        seconds,
+        n_train / seconds,
+        busy,
+        note=recipe.note,
+        spread_s=max(per_epoch) - min(per_epoch),
+        extra=extra,
+    )
 
 
 def keeps(new: StepResult, best: StepResult, tolerance: float = 0.02) -> bool:
@@ -173,16 +211,28 @@ def keeps(new: StepResult, best: StepResult, tolerance: float = 0.02) -> bool:
     time and the spread (max - min over the timed epochs) of each of the two timings."""
     if new.seconds_per_epoch is None or best.seconds_per_epoch is None:
         return False
-    if new.extra.get("cuda_graphs_used") is False:  # the bar would be torch.compile measured again
-        new.note = "CUDA graphs did not run: this bar is torch.compile again (TORCH_LOGS=perf_hints,cudagraphs says why)"
+    # the bar would be torch.compile measured again
+    if new.extra.get("cuda_graphs_used") is False:
+        new.note = (
+            "CUDA graphs did not run: this bar is torch.compile again "
+            "(TORCH_LOGS=perf_hints,cudagraphs says why)"
+        )
         return False
     gain = best.seconds_per_epoch - new.seconds_per_epoch
-    return gain > tolerance * best.seconds_per_epoch and gain > max(new.spread_s or 0.0, best.spread_s or 0.0)
+    return gain > tolerance * best.seconds_per_epoch and gain > max(
+        new.spread_s or 0.0, best.spread_s or 0.0
+    )
 
 
-def run_waterfall(ref: Recipe, changes: list[tuple[str, dict[str, Any], str]], train: Train, *,
-                  skip: dict[str, str] | None = None, tolerance: float = 0.02, **measure_kw: Any,
-                  ) -> list[tuple[Recipe, StepResult, bool]]:
+def run_waterfall(
+    ref: Recipe,
+    changes: list[tuple[str, dict[str, Any], str]],
+    train: Train,
+    *,
+    skip: dict[str, str] | None = None,
+    tolerance: float = 0.02,
+    **measure_kw: Any,
+) -> list[tuple[Recipe, StepResult, bool]]:
     """Measure `ref`, then each `(name, change, what)` on top of the best recipe kept so far.
     `skip` maps a change's name to the reason it is not measured here: no bar, the reason shown."""
     from tqdm.auto import tqdm
@@ -206,11 +256,19 @@ def fast_recipe(waterfall: list[tuple[Recipe, StepResult, bool]]) -> Recipe:
     """The last kept recipe (every change that won here) with the accuracy `SAFEGUARDS`, or the
     book's loop if nothing beat it."""
     last = [r for r, _, k in waterfall if k][-1]
-    return last.but("fast recipe") if last.data == "loader" else last.but("fast recipe", **SAFEGUARDS)
+    return (
+        last.but("fast recipe") if last.data == "loader" else last.but("fast recipe", **SAFEGUARDS)
+    )
 
 
-def run_cost(samples_per_s: float, *, price_per_hour: float, epochs: int = 10,
-             dataset_size: int = 60_000, n_devices: int = 1) -> dict[str, float]:
+def run_cost(
+    samples_per_s: float,
+    *,
+    price_per_hour: float,
+    epochs: int = 10,
+    dataset_size: int = 60_000,
+    n_devices: int = 1,
+) -> dict[str, float]:
     """Hours and money for `epochs` over `dataset_size` samples at a measured `samples_per_s`,
     renting `n_devices` at `price_per_hour` each (claim L22)."""
     check_number("samples_per_s", samples_per_s, where="run_cost")
@@ -218,5 +276,8 @@ def run_cost(samples_per_s: float, *, price_per_hour: float, epochs: int = 10,
     for name, v in (("epochs", epochs), ("dataset_size", dataset_size), ("n_devices", n_devices)):
         check_int(name, v, 1, where="run_cost")
     hours = epochs * dataset_size / samples_per_s / 3600
-    return {"hours": hours, "cost": hours * price_per_hour * n_devices,
-            "seconds_per_epoch": dataset_size / samples_per_s}
+    return {
+        "hours": hours,
+        "cost": hours * price_per_hour * n_devices,
+        "seconds_per_epoch": dataset_size / samples_per_s,
+    }

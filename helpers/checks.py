@@ -12,8 +12,9 @@ def _fail(where: str, name: str, what: str, value: Any) -> ValueError:
     return ValueError(f"{where + ': ' if where else ''}{name} must be {what}, got {value!r}")
 
 
-def check_int(name: str, value: Any, low: int = 1, *, where: str = "",
-              allow_none: bool = False) -> int | None:
+def check_int(
+    name: str, value: Any, low: int = 1, *, where: str = "", allow_none: bool = False
+) -> int | None:
     """`value` if it is an int >= `low` (or None when `allow_none`), else a ValueError."""
     if allow_none and value is None:
         return None
@@ -22,16 +23,31 @@ def check_int(name: str, value: Any, low: int = 1, *, where: str = "",
     return value
 
 
-def check_number(name: str, value: Any, *, where: str = "", low: float = 0.0, inclusive: bool = False,
-                 allow_none: bool = False, what: str = "") -> float | None:
+def check_number(
+    name: str,
+    value: Any,
+    *,
+    where: str = "",
+    low: float = 0.0,
+    inclusive: bool = False,
+    allow_none: bool = False,
+    what: str = "",
+) -> float | None:
     """`value` as a float if it is a finite number > `low` (>= with `inclusive`), else a ValueError
     naming `what` it must be: NaN and infinity never pass (an endless budget hangs)."""
     if allow_none and value is None:
         return None
-    if not (isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-            and (value >= low if inclusive else value > low)):
-        what = what or ("a positive finite number" if low == 0 and not inclusive
-                        else f"a finite number {'>=' if inclusive else '>'} {low:g}")
+    if not (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and (value >= low if inclusive else value > low)
+    ):
+        what = what or (
+            "a positive finite number"
+            if low == 0 and not inclusive
+            else f"a finite number {'>=' if inclusive else '>'} {low:g}"
+        )
         raise _fail(where, name, what + (" or None" if allow_none else ""), value)
     return float(value)
 

@@ -31,26 +31,40 @@ from .devices import as_device
 
 DATASETS = ("fashion-mnist", "cifar10")
 SOURCES = ("auto", "real", "synthetic")
-_CLASS = {"fashion-mnist": torchvision.datasets.FashionMNIST, "cifar10": torchvision.datasets.CIFAR10}
+_CLASS = {
+    "fashion-mnist": torchvision.datasets.FashionMNIST,
+    "cifar10": torchvision.datasets.CIFAR10,
+}
 _URL = {"fashion-mnist": _CLASS["fashion-mnist"].mirrors[0], "cifar10": _CLASS["cifar10"].url}
 # Where torchvision reads each set's files; the synthetic marker lies in the first folder.
 _FOLDER = {"fashion-mnist": ("FashionMNIST", "raw"), "cifar10": ("cifar-10-batches-py",)}
-FILES = {"fashion-mnist": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
-                           "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
-         "cifar10": (*(f"data_batch_{i}" for i in range(1, 6)), "test_batch", "batches.meta")}
+FILES = {
+    "fashion-mnist": (
+        "train-images-idx3-ubyte",
+        "train-labels-idx1-ubyte",
+        "t10k-images-idx3-ubyte",
+        "t10k-labels-idx1-ubyte",
+    ),
+    "cifar10": (*(f"data_batch_{i}" for i in range(1, 6)), "test_batch", "batches.meta"),
+}
 
 
-def _check(name: str, source: str, train: object = True, transform: object = None,
-           root: object = None) -> None:
+def _check(
+    name: str, source: str, train: object = True, transform: object = None, root: object = None
+) -> None:
     if name not in DATASETS:
         raise ValueError(f"unknown data set {name!r}: valid names are {', '.join(DATASETS)}")
     check_choice("source", source, SOURCES)
     if not isinstance(train, bool):
         raise TypeError(f"train must be True (training split) or False (test split); got {train!r}")
     if transform is not None and not callable(transform):
-        raise TypeError(f"transform must be callable (e.g. transforms.ToTensor()) or None; got {transform!r}")
+        raise TypeError(
+            f"transform must be callable (e.g. transforms.ToTensor()) or None; got {transform!r}"
+        )
     if root is not None and not isinstance(root, (str, os.PathLike)):
-        raise TypeError(f"root must be a folder path (str or Path) or None; got {type(root).__name__}")
+        raise TypeError(
+            f"root must be a folder path (str or Path) or None; got {type(root).__name__}"
+        )
 
 
 def _folder(name: str, root: Path) -> Path:
@@ -73,10 +87,13 @@ def _idx_problem(path: Path) -> str | None:
     nd = head[3] if len(head) >= 4 else 0
     if head[:3] != b"\0\0\x08" or not 1 <= nd <= 3 or len(head) < 4 + 4 * nd:
         return f"is not an IDX file ({size} bytes; it should start with 00 00 08 0N and its sizes)"
-    expected = 4 + 4 * nd + math.prod(struct.unpack(f">{nd}I", head[4:4 + 4 * nd]))
+    expected = 4 + 4 * nd + math.prod(struct.unpack(f">{nd}I", head[4 : 4 + 4 * nd]))
     if size != expected:
-        return (f"is truncated: {size} bytes, its header promises {expected}" if size < expected
-                else f"is {size - expected} bytes longer than its header promises")
+        return (
+            f"is truncated: {size} bytes, its header promises {expected}"
+            if size < expected
+            else f"is {size - expected} bytes longer than its header promises"
+        )
     return None
 
 
@@ -91,7 +108,10 @@ def diagnose(name: str, root: str | Path, *, synthetic_copy: bool = False) -> st
         try:
             md5s = _synthetic_cifar_md5(folder)
         except (OSError, ValueError, KeyError, TypeError):
-            return f"{folder / synthetic.MARKER} is missing or not the manifest the synthetic writer leaves"
+            return (
+                f"{folder / synthetic.MARKER} is missing "
+                "or not the manifest the synthetic writer leaves"
+            )
     elif name == "cifar10":
         cls = torchvision.datasets.CIFAR10
         md5s = dict((*cls.train_list, *cls.test_list)) | {cls.meta["filename"]: cls.meta["md5"]}
@@ -116,23 +136,30 @@ def _open(name: str, root: Path, make: Callable[[], Dataset], *, synthetic_copy:
         problem = diagnose(name, root, synthetic_copy=synthetic_copy)
         if problem is None:
             raise
-        fix = (f"delete {root / _FOLDER[name][0]} and the synthetic stand-in is written again on "
-               "the next load" if synthetic_copy
-               else "copy the real file again (or delete it to download it when online)")
+        fix = (
+            f"delete {root / _FOLDER[name][0]} and the synthetic stand-in is written again on "
+            "the next load"
+            if synthetic_copy
+            else "copy the real file again (or delete it to download it when online)"
+        )
         raise RuntimeError(f"data set {name!r}: {problem}; {fix}.") from e
 
 
 def online(url: str, timeout: float = 2.0) -> bool:
     """Can we reach the host of `url`? False at once when `FTG_OFFLINE=1`."""
     if not isinstance(url, str) or not urlparse(url).hostname:
-        raise ValueError(f"online: url must be an http(s) URL string such as 'https://host/', got {url!r}")
+        raise ValueError(
+            f"online: url must be an http(s) URL string such as 'https://host/', got {url!r}"
+        )
     check_seconds("timeout", timeout, where="online")
     if os.environ.get("FTG_OFFLINE", "") not in ("", "0"):
         return False
     parsed = urlparse(url)
     try:
-        with socket.create_connection((parsed.hostname, parsed.port or (443 if parsed.scheme == "https" else 80)),
-                                      timeout=timeout):
+        with socket.create_connection(
+            (parsed.hostname, parsed.port or (443 if parsed.scheme == "https" else 80)),
+            timeout=timeout,
+        ):
             return True
     except OSError:
         return False
@@ -146,7 +173,8 @@ def _synthetic_cifar_md5(folder: Path) -> dict[str, str]:
 
 
 class _SyntheticCIFAR10(torchvision.datasets.CIFAR10):
-    """The real CIFAR10 reader (it checks a file's md5 before unpickling it), the stand-in's md5s."""
+    """The real CIFAR10 reader (it checks a file's md5 before unpickling it), the stand-in's
+    md5s."""
 
     def __init__(self, root: str, **kwargs: object) -> None:
         md5 = _synthetic_cifar_md5(Path(root) / self.base_folder)
@@ -156,23 +184,33 @@ class _SyntheticCIFAR10(torchvision.datasets.CIFAR10):
         super().__init__(root, **kwargs)
 
 
-def load(name: str, train: bool = True, *, transform: Callable | None = None,
-         source: str = "auto", root: str | Path | None = None) -> Dataset:
+def load(
+    name: str,
+    train: bool = True,
+    *,
+    transform: Callable | None = None,
+    source: str = "auto",
+    root: str | Path | None = None,
+) -> Dataset:
     """The torchvision data set `name` ('fashion-mnist' or 'cifar10'); see the module doc."""
     _check(name, source, train, transform, root)
     root = Path(root) if root is not None else paths.data_dir()
     cls, kw = _CLASS[name], dict(train=train, transform=transform)
     have = source != "synthetic" and _real_present(name, root)
     if have or (source != "synthetic" and online(_URL[name])):
-        ds = (_open(name, root, lambda: cls(str(root), download=False, **kw), synthetic_copy=False)
-              if have else cls(str(root), download=True, **kw))
+        ds = (
+            _open(name, root, lambda: cls(str(root), download=False, **kw), synthetic_copy=False)
+            if have
+            else cls(str(root), download=True, **kw)
+        )
         ds.synthetic = False
         return ds
     if source == "real":
         raise RuntimeError(
             f"data set {name!r}: {_folder(name, root) / FILES[name][0]} is missing (the real files "
             f"are not in {root}) and the download host is unreachable (offline?). Copy the files "
-            "there, or use source='auto' or 'synthetic'.")
+            "there, or use source='auto' or 'synthetic'."
+        )
     syn = root / "synthetic"
     if not _is_synthetic(name, syn):
         (synthetic.write_fashion_mnist if name == "fashion-mnist" else synthetic.write_cifar10)(syn)
@@ -193,22 +231,30 @@ def cifar10(train: bool = True, **kwargs: object) -> Dataset:
 def describe(ds: Dataset) -> str:
     """'FashionMNIST train, 60000 images - SYNTHETIC DATA (...)', for notebook output."""
     if not isinstance(ds, Dataset) or not hasattr(ds, "__len__"):
-        raise TypeError(f"describe: ds must be a data set from helpers.data.load(), got {type(ds).__name__}")
+        raise TypeError(
+            f"describe: ds must be a data set from helpers.data.load(), got {type(ds).__name__}"
+        )
     kind = type(ds).__name__.lstrip("_").replace("Synthetic", "")
     text = f"{kind} {'train' if getattr(ds, 'train', True) else 'test'}, {len(ds)} images"
     if getattr(ds, "synthetic", False):
-        return text + (" - SYNTHETIC DATA (offline stand-in in the real file format; "
-                       "accuracies are not comparable to the real data set)")
+        return text + (
+            " - SYNTHETIC DATA (offline stand-in in the real file format; "
+            "accuracies are not comparable to the real data set)"
+        )
     return text + " - real data"
 
 
 def as_tensors(ds: Dataset, limit: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The whole data set as one uint8 tensor (N, C, H, W) and int64 labels, without transforms."""
     if not (hasattr(ds, "data") and hasattr(ds, "targets")):
-        raise TypeError("as_tensors: ds must be a data set from helpers.data.load() (a torchvision "
-                        f"FashionMNIST or CIFAR10 with .data and .targets), got {type(ds).__name__}")
+        raise TypeError(
+            "as_tensors: ds must be a data set from helpers.data.load() (a torchvision "
+            f"FashionMNIST or CIFAR10 with .data and .targets), got {type(ds).__name__}"
+        )
     x = torch.as_tensor(ds.data)
-    x = x.unsqueeze(1) if x.ndim == 3 else x.permute(0, 3, 1, 2)  # Fashion-MNIST (N, H, W), CIFAR (N, H, W, C)
+    x = (
+        x.unsqueeze(1) if x.ndim == 3 else x.permute(0, 3, 1, 2)
+    )  # Fashion-MNIST (N, H, W), CIFAR (N, H, W, C)
     y = torch.as_tensor(ds.targets, dtype=torch.int64)
     if check_int("limit", limit, where="as_tensors", allow_none=True) is not None:
         x, y = x[:limit], y[:limit]
@@ -216,6 +262,7 @@ def as_tensors(ds: Dataset, limit: int | None = None) -> tuple[torch.Tensor, tor
 
 
 # ----------------------------------------------------------------------------- TensorBatches
+
 
 def to_unit_float(x: torch.Tensor) -> torch.Tensor:
     """uint8 -> float32 in [0, 1]: exactly `ToTensor()`'s values, in one batch op."""
@@ -233,17 +280,34 @@ class TensorBatches:
     CUDA copies synchronously). A buffer is reused once an event says its copy finished.
     """
 
-    def __init__(self, x: torch.Tensor, y: torch.Tensor, batch_size: int, *,
-                 augment: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                 device: str | torch.device | None = None, mode: str = "device",
-                 shuffle: bool = True, seed: int = 0, drop_last: bool = False,
-                 staging: bool | None = None) -> None:
+    def __init__(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        batch_size: int,
+        *,
+        augment: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        device: str | torch.device | None = None,
+        mode: str = "device",
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+        staging: bool | None = None,
+    ) -> None:
         if not isinstance(x, torch.Tensor) or x.dtype != torch.uint8 or x.ndim != 4:
-            got = f"{x.dtype} tensor of shape {tuple(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__
-            raise ValueError(f"TensorBatches: x must be a uint8 tensor of shape (N, C, H, W), got {got}")
+            got = (
+                f"{x.dtype} tensor of shape {tuple(x.shape)}"
+                if isinstance(x, torch.Tensor)
+                else type(x).__name__
+            )
+            raise ValueError(
+                f"TensorBatches: x must be a uint8 tensor of shape (N, C, H, W), got {got}"
+            )
         if not isinstance(y, torch.Tensor) or len(y) != len(x):
-            raise ValueError(f"TensorBatches: y must be a tensor with one label per image ({len(x)}), "
-                             f"got {len(y) if isinstance(y, torch.Tensor) else type(y).__name__}")
+            raise ValueError(
+                f"TensorBatches: y must be a tensor with one label per image ({len(x)}), "
+                f"got {len(y) if isinstance(y, torch.Tensor) else type(y).__name__}"
+            )
         self.batch_size = check_int("batch_size", batch_size, where="TensorBatches")
         self.mode = check_choice("mode", mode, ("device", "memory"), where="TensorBatches")
         self.device = as_device(device, "TensorBatches: device")
@@ -253,8 +317,18 @@ class TensorBatches:
         staging = self.device.type == "cuda" if staging is None else bool(staging)
         pin = self.device.type == "cuda" and torch.cuda.is_available()
         # two [x buffer, y buffer, event of the copy that last read them]
-        self._bufs = [[torch.empty((batch_size, *t.shape[1:]), dtype=t.dtype, pin_memory=pin)
-                       for t in (x, y)] + [None] for _ in range(2)] if mode == "memory" and staging else []
+        self._bufs = (
+            [
+                [
+                    torch.empty((batch_size, *t.shape[1:]), dtype=t.dtype, pin_memory=pin)
+                    for t in (x, y)
+                ]
+                + [None]
+                for _ in range(2)
+            ]
+            if mode == "memory" and staging
+            else []
+        )
 
     def __len__(self) -> int:
         n = len(self.x)
@@ -263,9 +337,13 @@ class TensorBatches:
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         n, where = len(self.x), self.x.device
         g = torch.Generator(device=where).manual_seed(self.seed + self.epoch)
-        order = torch.randperm(n, device=where, generator=g) if self.shuffle else torch.arange(n, device=where)
+        order = (
+            torch.randperm(n, device=where, generator=g)
+            if self.shuffle
+            else torch.arange(n, device=where)
+        )
         self.epoch += 1
-        return self._batches(order[:len(self) * self.batch_size])
+        return self._batches(order[: len(self) * self.batch_size])
 
     def _batches(self, order: torch.Tensor) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         for i, sel in enumerate(order.split(self.batch_size)):
@@ -275,7 +353,7 @@ class TensorBatches:
                 buf = self._bufs[i % 2]
                 if buf[2] is not None:
                     buf[2].synchronize()  # the copy that last read this buffer has finished
-                xs, ys = buf[0][:len(sel)], buf[1][:len(sel)]
+                xs, ys = buf[0][: len(sel)], buf[1][: len(sel)]
                 torch.index_select(self.x, 0, sel, out=xs)
                 torch.index_select(self.y, 0, sel, out=ys)
                 # copy=True: on a CPU `.to` would hand out the buffer, overwritten two batches on

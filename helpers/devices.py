@@ -60,8 +60,10 @@ def try_all_gpus() -> list[torch.device]:
 def _parse(device: str | torch.device, param: str = "device") -> torch.device:
     """`device` as a torch.device of a kind this suite uses (not checked to exist here)."""
     if not isinstance(device, str | torch.device):
-        raise TypeError(f"{param} must be a string ({DEVICE_CHOICES}) or a torch.device; "
-                        f"got {type(device).__name__} {device!r}")
+        raise TypeError(
+            f"{param} must be a string ({DEVICE_CHOICES}) or a torch.device; "
+            f"got {type(device).__name__} {device!r}"
+        )
     with contextlib.suppress(RuntimeError):
         if (dev := torch.device(device)).type in ("cpu", "meta", *GPU_TYPES):
             return dev
@@ -75,12 +77,16 @@ def as_device(device: str | torch.device | None, param: str = "device") -> torch
     dev = _parse(device, param)
     if dev.type in GPU_TYPES:
         if accelerator() != dev.type:
-            raise ValueError(f"{param} {device!r} asked for, but this machine has no {_NAMES[dev.type]} "
-                             "(use 'cpu', or devices.try_gpu())")
+            raise ValueError(
+                f"{param} {device!r} asked for, but this machine has no {_NAMES[dev.type]} "
+                "(use 'cpu', or devices.try_gpu())"
+            )
         n = num_gpus()
         if dev.index is not None and dev.index >= n:
-            raise ValueError(f"{param} {device!r} does not exist: this machine has {n} {dev.type} "
-                             f"device(s), {dev.type}:0 ... {dev.type}:{n - 1}")
+            raise ValueError(
+                f"{param} {device!r} does not exist: this machine has {n} {dev.type} "
+                f"device(s), {dev.type}:0 ... {dev.type}:{n - 1}"
+            )
     return dev
 
 
@@ -107,7 +113,9 @@ def memory_allocated(device: str | torch.device) -> int:
     if dev.type == "mps":
         return int(torch.mps.current_allocated_memory())
     if dev.type not in ("cuda", "xpu"):
-        raise ValueError(f"memory_allocated: {device!r} has no allocator counter (the CPU: use process RSS)")
+        raise ValueError(
+            f"memory_allocated: {device!r} has no allocator counter (the CPU: use process RSS)"
+        )
     return torch.accelerator.memory_allocated(dev)
 
 
@@ -144,12 +152,18 @@ class Capabilities:
     """What the suite does on a device. `skip` maps each technique it does not run there (one of
     `TECHNIQUES`; "gpu": the device itself) to why, in words for the learner."""
 
-    kind: str                 # "cuda", "mps", "xpu" or "cpu"
+    kind: str  # "cuda", "mps", "xpu" or "cpu"
     name: str
-    bf16: str                 # "native", "emulated" (a CPU without bf16 instructions; CUDA below 8.0), "none"
-    memory_gib: float         # a GPU's memory (an Apple GPU: Metal's share of unified memory); the CPU: RAM
-    pin_memory: bool          # pinned host memory speeds copies to it (CUDA, XPU; an Apple GPU shares the host's)
-    batch_budget_bytes: int | None  # a batch finder's limit; None: CUDA's own OOM error (elsewhere: swap first)
+    bf16: str  # "native", "emulated" (a CPU without bf16 instructions; CUDA below 8.0), "none"
+    memory_gib: (
+        float  # a GPU's memory (an Apple GPU: Metal's share of unified memory); the CPU: RAM
+    )
+    pin_memory: (
+        bool  # pinned host memory speeds copies to it (CUDA, XPU; an Apple GPU shares the host's)
+    )
+    batch_budget_bytes: (
+        int | None
+    )  # a batch finder's limit; None: CUDA's own OOM error (elsewhere: swap first)
     skip: dict[str, str]
 
     def ok(self, what: str) -> bool:
@@ -157,54 +171,123 @@ class Capabilities:
 
 
 def describe(device: str | torch.device | None = None) -> dict[str, Any]:
-    """What `capabilities` decides from, read from torch (None: `try_gpu()`): kind, name, capability
-    (CUDA), memory_gib, arch_list (this torch's CUDA code), bf16_hw (not CUDA), fused_sgd (a kernel)."""
+    """What `capabilities` decides from, read from torch (None: `try_gpu()`): kind, name,
+    capability (CUDA), memory_gib, arch_list (this torch's CUDA code), bf16_hw (not CUDA),
+    fused_sgd (a kernel)."""
     dev = try_gpu() if device is None else _parse(device)
     kind, mod = dev.type, getattr(torch, dev.type, None)
-    d = {"kind": kind, "name": _NAMES.get(kind) or _cpu_name(), "memory_gib": psutil.virtual_memory().total / 2**30,
-         "bf16_hw": bool({"avx512_bf16", "amx_bf16"} & set(_cpuinfo("flags").split())) if kind == "cpu" else False,
-         "fused_sgd": kind in ("cuda", "cpu", "mps", "xpu")}  # fused SGD kernels in every torch >= 2.11
+    d = {
+        "kind": kind,
+        "name": _NAMES.get(kind) or _cpu_name(),
+        "memory_gib": psutil.virtual_memory().total / 2**30,
+        "bf16_hw": bool({"avx512_bf16", "amx_bf16"} & set(_cpuinfo("flags").split()))
+        if kind == "cpu"
+        else False,
+        "fused_sgd": kind in ("cuda", "cpu", "mps", "xpu"),
+    }  # fused SGD kernels in every torch >= 2.11
     if kind in ("cuda", "xpu") and mod.is_available():
         p = mod.get_device_properties(dev.index or 0)
-        d |= {"name": p.name, "memory_gib": p.total_memory / 2**30, "arch_list": mod.get_arch_list()}
-        d |= {"capability": (p.major, p.minor)} if kind == "cuda" else {"bf16_hw": torch.xpu.is_bf16_supported()}
+        d |= {
+            "name": p.name,
+            "memory_gib": p.total_memory / 2**30,
+            "arch_list": mod.get_arch_list(),
+        }
+        d |= (
+            {"capability": (p.major, p.minor)}
+            if kind == "cuda"
+            else {"bf16_hw": torch.xpu.is_bf16_supported()}
+        )
     elif kind == "mps" and torch.backends.mps.is_available():
-        d |= {"name": f"{_cpu_name()} GPU (Metal)", "memory_gib": torch.mps.recommended_max_memory() / 2**30,
-              "bf16_hw": torch.backends.mps.is_macos_or_newer(14, 0)}
+        d |= {
+            "name": f"{_cpu_name()} GPU (Metal)",
+            "memory_gib": torch.mps.recommended_max_memory() / 2**30,
+            "bf16_hw": torch.backends.mps.is_macos_or_newer(14, 0),
+        }
     return d
 
 
-def capabilities(device: str | torch.device | None = None, described: dict[str, Any] | None = None) -> Capabilities:
+def capabilities(
+    device: str | torch.device | None = None, described: dict[str, Any] | None = None
+) -> Capabilities:
     """What the suite does on `device`, decided from `described` (default: `describe(device)`), so
     tests can pass a T4, a P100 or an Apple GPU on a machine that has none of them."""
     d = describe(device) if described is None else described
-    if missing := {"kind", "name", "memory_gib"} - set(d if isinstance(d, dict) else {}):
-        raise ValueError(f"capabilities: described must be a dict like describe()'s; it lacks {sorted(missing)}")
-    kind, name, cap = check_choice("kind", d["kind"], ("cpu", *GPU_TYPES), where="capabilities"), d["name"], d.get("capability")
-    if cap is not None and not (isinstance(cap, tuple) and len(cap) == 2 and all(type(x) is int for x in cap)):
-        raise ValueError(f"capabilities: capability must be a (major, minor) pair of ints such as (8, 0), got {cap!r}")
+    kind, name, cap = _checked_description(d)
     cuda, cc = kind == "cuda", cap or (0, 0)
     who = f"{name} (compute capability {cc[0]}.{cc[1]})" if cap else name
-    skip = {"gpu": f"{who}: {why}"} if cuda and (why := _no_kernels(cap, d.get("arch_list") or [])) else {}
-    bf16 = "native" if (cc >= (8, 0) if cuda else d.get("bf16_hw")) else "emulated" if kind in ("cuda", "cpu") else "none"
+    skip = (
+        {"gpu": f"{who}: {why}"}
+        if cuda and (why := _no_kernels(cap, d.get("arch_list") or []))
+        else {}
+    )
+    bf16 = (
+        "native"
+        if (cc >= (8, 0) if cuda else d.get("bf16_hw"))
+        else "emulated"
+        if kind in ("cuda", "cpu")
+        else "none"
+    )
+    skip |= _skipped_techniques(d, kind, who, cc, bf16)
+    # half the memory, at most 8 GiB
+    budget = None if cuda else int(min(8.0, d["memory_gib"] / 2) * 2**30)
+    return Capabilities(
+        kind, name, bf16, round(d["memory_gib"], 1), kind in ("cuda", "xpu"), budget, skip
+    )
+
+
+def _checked_description(d: Any) -> tuple[str, Any, Any]:
+    """`capabilities`' check of a `describe()`-like dict: its (kind, name, capability), or a
+    ValueError saying what is wrong."""
+    if missing := {"kind", "name", "memory_gib"} - set(d if isinstance(d, dict) else {}):
+        raise ValueError(
+            f"capabilities: described must be a dict like describe()'s; it lacks {sorted(missing)}"
+        )
+    kind, name, cap = (
+        check_choice("kind", d["kind"], ("cpu", *GPU_TYPES), where="capabilities"),
+        d["name"],
+        d.get("capability"),
+    )
+    if cap is not None and not (
+        isinstance(cap, tuple) and len(cap) == 2 and all(type(x) is int for x in cap)
+    ):
+        raise ValueError(
+            "capabilities: capability must be a (major, minor) pair of ints such as (8, 0), "
+            f"got {cap!r}"
+        )
+    return kind, name, cap
+
+
+def _skipped_techniques(
+    d: dict[str, Any], kind: str, who: str, cc: tuple[int, int], bf16: str
+) -> dict[str, str]:
+    """The techniques `capabilities` skips on a `kind` device described by `d` (`who` names it,
+    `cc` is its compute capability, (0, 0) when none), each with the reason."""
+    cuda, skip = kind == "cuda", {}
     if bf16 == "none":
         skip["bf16"] = f"{who} has no bf16 (an Apple GPU: from macOS 14)"
     elif cuda and bf16 == "emulated":
-        skip["bf16"] = f"{who} has no native bf16 (that needs 8.0+); emulated bf16 would measure the emulation"
+        skip["bf16"] = (
+            f"{who} has no native bf16 (that needs 8.0+); emulated bf16 would measure the emulation"
+        )
     if not cuda:
-        skip |= {"fp16": f"fp16 autocast with a GradScaler is a CUDA-GPU technique; this is a {kind}",
-                 "cuda graphs": "needs a CUDA GPU", "cudnn": "cuDNN is NVIDIA's GPU library: no effect on this device",
-                 "tf32": "TF32 is an NVIDIA tensor-core format: no effect on this device"}
+        skip |= {
+            "fp16": f"fp16 autocast with a GradScaler is a CUDA-GPU technique; this is a {kind}",
+            "cuda graphs": "needs a CUDA GPU",
+            "cudnn": "cuDNN is NVIDIA's GPU library: no effect on this device",
+            "tf32": "TF32 is an NVIDIA tensor-core format: no effect on this device",
+        }
     elif cc < (8, 0):
         skip["tf32"] = f"{who} has no TF32 tensor cores (that needs 8.0+): no effect"
         skip |= {"fp16": f"{who} has no fast fp16 (that needs 5.3+)"} if cc < (5, 3) else {}
     if kind == "mps" or cc < (7, 0) and cuda:
         skip["compile"] = f"torch.compile makes no kernels for {who}: " + (
-            "Triton needs compute capability 7.0+" if cuda else "the suite has not run Inductor's Metal code")
+            "Triton needs compute capability 7.0+"
+            if cuda
+            else "the suite has not run Inductor's Metal code"
+        )
     if not d.get("fused_sgd", True):
         skip["fused SGD"] = f"this torch has no fused SGD kernel for {kind}"
-    budget = None if cuda else int(min(8.0, d["memory_gib"] / 2) * 2**30)  # half the memory, at most 8 GiB
-    return Capabilities(kind, name, bf16, round(d["memory_gib"], 1), kind in ("cuda", "xpu"), budget, skip)
+    return skip
 
 
 def _no_kernels(cap: tuple[int, int] | None, archs: list[str]) -> str:
@@ -218,11 +301,17 @@ def _no_kernels(cap: tuple[int, int] | None, archs: list[str]) -> str:
     for arch in archs:
         if m := re.fullmatch(r"(sm|compute)_(\d+)(\d)(a?)f?", arch):
             major, minor, exact = int(m[2]), int(m[3]), m[4] == "a"
-            if (major, minor) <= cap if m[1] == "compute" else (
-                    major == cap[0] and (minor == cap[1] if exact else minor <= cap[1])):
+            if (
+                (major, minor) <= cap
+                if m[1] == "compute"
+                else (major == cap[0] and (minor == cap[1] if exact else minor <= cap[1]))
+            ):
                 return ""
-    return (f"this torch ships kernels for {', '.join(archs)}, none of which runs on sm_{cap[0]}{cap[1]}: "
-            "the notebooks run on the CPU (install a torch built for this GPU, e.g. an older CUDA build)")
+    return (
+        f"this torch ships kernels for {', '.join(archs)}, "
+        f"none of which runs on sm_{cap[0]}{cap[1]}: the notebooks run on the CPU "
+        "(install a torch built for this GPU, e.g. an older CUDA build)"
+    )
 
 
 @functools.cache
@@ -247,8 +336,15 @@ def _cpu_name() -> str:
     """The CPU's model; on a Mac, the chip ('Apple M2 Pro': its CPU and GPU in one)."""
     if platform.system() == "Darwin":
         with contextlib.suppress(OSError, subprocess.SubprocessError):
-            return subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True,
-                                  text=True, timeout=5).stdout.strip() or platform.machine()
+            return (
+                subprocess.run(
+                    ["sysctl", "-n", "machdep.cpu.brand_string"],
+                    capture_output=True,
+                    text=True,
+                    timeout=5,
+                ).stdout.strip()
+                or platform.machine()
+            )
     return _cpuinfo("model name") or platform.processor() or platform.machine()
 
 
@@ -263,42 +359,83 @@ def device_name(device: str | torch.device | None = None) -> str:
 def _gpu_info(kind: str, i: int) -> dict[str, Any]:
     dev = _gpu(kind, i)
     p = None if kind == "mps" else getattr(torch, kind).get_device_properties(i)
-    memory = torch.mps.recommended_max_memory() if p is None else p.total_memory  # MPS: Metal's share
-    return {"index": i, "type": kind, "name": device_name(dev), "memory_gib": round(memory / 2**30, 1),
-            "unified_memory": kind == "mps", "bf16": capabilities(dev).bf16,
-            "capability": f"{p.major}.{p.minor}" if kind == "cuda" else None}
+    memory = (
+        torch.mps.recommended_max_memory() if p is None else p.total_memory
+    )  # MPS: Metal's share
+    return {
+        "index": i,
+        "type": kind,
+        "name": device_name(dev),
+        "memory_gib": round(memory / 2**30, 1),
+        "unified_memory": kind == "mps",
+        "bf16": capabilities(dev).bf16,
+        "capability": f"{p.major}.{p.minor}" if kind == "cuda" else None,
+    }
 
 
 def hardware_summary() -> dict[str, Any]:
     """What this machine has: CPU, RAM, GPUs, bf16, versions (saved with every result)."""
     kind = accelerator()
-    return {"cpu": _cpu_name(), "cpu_cores_usable": usable_cores(), "cpu_cores_logical": os.cpu_count(),
-            "ram_gib": round(psutil.virtual_memory().total / 2**30, 1),
-            "cpu_bf16_instructions": capabilities("cpu").bf16 == "native", "torch_threads": torch.get_num_threads(),
-            "accelerator": kind, "gpus": [_gpu_info(kind, i) for i in range(num_gpus())], "gpu_not_used": _cuda_refused(),
-            "cuda_version": torch.version.cuda, "torch": torch.__version__, "platform": platform.platform()}
+    return {
+        "cpu": _cpu_name(),
+        "cpu_cores_usable": usable_cores(),
+        "cpu_cores_logical": os.cpu_count(),
+        "ram_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "cpu_bf16_instructions": capabilities("cpu").bf16 == "native",
+        "torch_threads": torch.get_num_threads(),
+        "accelerator": kind,
+        "gpus": [_gpu_info(kind, i) for i in range(num_gpus())],
+        "gpu_not_used": _cuda_refused(),
+        "cuda_version": torch.version.cuda,
+        "torch": torch.__version__,
+        "platform": platform.platform(),
+    }
 
 
-_DESCRIBED = {"cpu", "cpu_cores_usable", "cpu_cores_logical", "ram_gib", "cpu_bf16_instructions",
-              "torch", "cuda_version", "torch_threads", "gpus"}
+_DESCRIBED = {
+    "cpu",
+    "cpu_cores_usable",
+    "cpu_cores_logical",
+    "ram_gib",
+    "cpu_bf16_instructions",
+    "torch",
+    "cuda_version",
+    "torch_threads",
+    "gpus",
+}
 
 
 def describe_hardware(summary: dict[str, Any] | None = None) -> str:
     """`hardware_summary()` (or its dict, `summary`) in a few lines; printed and returned."""
     s = hardware_summary() if summary is None else summary
-    if missing := sorted(_DESCRIBED - set(s)) if isinstance(s, dict) else f"all: a {type(s).__name__}":
-        raise ValueError(f"describe_hardware: summary must be hardware_summary()'s dict; it lacks {missing}")
+    if (
+        missing := sorted(_DESCRIBED - set(s))
+        if isinstance(s, dict)
+        else f"all: a {type(s).__name__}"
+    ):
+        raise ValueError(
+            f"describe_hardware: summary must be hardware_summary()'s dict; it lacks {missing}"
+        )
     build = f"CUDA build {s['cuda_version']}" if s["cuda_version"] else "no CUDA in this build"
-    lines = [f"CPU   : {s['cpu']} ({s['cpu_cores_usable']} usable cores, {s['cpu_cores_logical']} logical)",
-             f"RAM   : {s['ram_gib']} GiB",
-             f"bf16  : CPU advertises bf16 instructions = {s['cpu_bf16_instructions']} (faster? notebook 10 measures)",
-             f"torch : {s['torch']} ({build}), {s['torch_threads']} intra-op threads"]
+    lines = [
+        f"CPU   : {s['cpu']} ({s['cpu_cores_usable']} usable cores, "
+        f"{s['cpu_cores_logical']} logical)",
+        f"RAM   : {s['ram_gib']} GiB",
+        f"bf16  : CPU advertises bf16 instructions = {s['cpu_bf16_instructions']} "
+        "(faster? notebook 10 measures)",
+        f"torch : {s['torch']} ({build}), {s['torch_threads']} intra-op threads",
+    ]
     for g in s["gpus"]:
         shared = " of unified memory, shared with the CPU" if g.get("unified_memory") else ""
         cap = f", compute capability {g['capability']}" if g.get("capability") else ""
-        lines.append(f"GPU {g['index']} : {g['name']}, {g['memory_gib']} GiB{shared}{cap}, bf16={g['bf16']}")
+        lines.append(
+            f"GPU {g['index']} : {g['name']}, {g['memory_gib']} GiB{shared}{cap}, bf16={g['bf16']}"
+        )
     if not s["gpus"]:
-        lines.append(f"GPU   : {s.get('gpu_not_used') or 'none found'} - every experiment runs on the CPU and says so")
+        lines.append(
+            f"GPU   : {s.get('gpu_not_used') or 'none found'} "
+            "- every experiment runs on the CPU and says so"
+        )
     text = "\n".join(lines)
     print(text)
     return text
@@ -311,7 +448,8 @@ DEFAULT_THREADS = torch.get_num_threads()  # at import, before a notebook (re-ru
 @contextlib.contextmanager
 def cpu_threads(n: int) -> Iterator[int]:
     """`torch.set_num_threads(n)` inside the block, the previous count after it. Untimed lessons
-    use 1: tiny ops split over threads cost more in hand-offs (and waits at barriers) than they save."""
+    use 1: tiny ops split over threads cost more in hand-offs (and waits at barriers) than they
+    save."""
     check_int("n", n, 1, where="cpu_threads")
     before = torch.get_num_threads()
     torch.set_num_threads(n)
@@ -329,6 +467,7 @@ def usable_cores() -> int:
 def free_cores(window: float = 0.25) -> int:
     """Usable cores that other programs left idle over `window` seconds (at least 1): a core
     another program keeps busy is not ours to count on."""
+
     def busy() -> float:  # seconds of CPU time used on the whole machine, and by this process
         t = psutil.cpu_times()
         return sum(t) - t.idle - getattr(t, "iowait", 0.0) - sum(psutil.Process().cpu_times()[:2])

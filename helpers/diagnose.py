@@ -24,37 +24,49 @@ from .checks import check_int
 from .devices import as_device, synchronize
 
 INPUT_BOUND = 0.30  # at least this share of step time waiting for data: the loop is input-bound
-NOTICEABLE = 0.10   # at least this share: a cost worth knowing, not yet the bottleneck
+NOTICEABLE = 0.10  # at least this share: a cost worth knowing, not yet the bottleneck
 
 
 def wait_verdict(wait_fraction: float) -> tuple[str, str]:
     """(kind, sentence) for a share of step time spent waiting for data; kind is
     'input-bound', 'noticeable' or 'not input-bound'."""
-    if (not isinstance(wait_fraction, int | float) or isinstance(wait_fraction, bool)
-            or not 0.0 <= wait_fraction <= 1.0 + 1e-6):
-        raise ValueError(f"wait_verdict: wait_fraction must be a fraction in [0, 1], got {wait_fraction!r}")
+    if (
+        not isinstance(wait_fraction, int | float)
+        or isinstance(wait_fraction, bool)
+        or not 0.0 <= wait_fraction <= 1.0 + 1e-6
+    ):
+        raise ValueError(
+            f"wait_verdict: wait_fraction must be a fraction in [0, 1], got {wait_fraction!r}"
+        )
     pct = 100 * wait_fraction
     if wait_fraction >= INPUT_BOUND:
         return "input-bound", (
             f"{pct:.0f} % of step time is waiting for data: the loop is input-bound (I/O or CPU "
             "preprocessing). Add DataLoader workers, keep the data in memory as uint8, or move "
-            "augmentation to the device; a faster model will not help.")
+            "augmentation to the device; a faster model will not help."
+        )
     if wait_fraction >= NOTICEABLE:
-        return "noticeable", (f"{pct:.0f} % of step time is waiting for data: input is a noticeable "
-                              "but not dominant cost.")
-    return "not input-bound", (f"only {pct:.0f} % of step time is waiting for data: the loop is "
-                               "compute-bound.")
+        return "noticeable", (
+            f"{pct:.0f} % of step time is waiting for data: input is a noticeable "
+            "but not dominant cost."
+        )
+    return "not input-bound", (
+        f"only {pct:.0f} % of step time is waiting for data: the loop is compute-bound."
+    )
 
 
 class DataWaitMeter:
     """Wraps a batch source: the time in `next(batch)` vs the time in the step."""
 
-    def __init__(self, iterable: Iterable, *, device: str | torch.device | None = None,
-                 sync_every: int = 1) -> None:
+    def __init__(
+        self, iterable: Iterable, *, device: str | torch.device | None = None, sync_every: int = 1
+    ) -> None:
         check_int("sync_every", sync_every, where="DataWaitMeter")
         if not isinstance(iterable, Iterable):
-            raise TypeError(f"DataWaitMeter: iterable must be iterable (a DataLoader, a list of batches, ...), "
-                            f"got {type(iterable).__name__}")
+            raise TypeError(
+                f"DataWaitMeter: iterable must be iterable (a DataLoader, a list of batches, ...), "
+                f"got {type(iterable).__name__}"
+            )
         self.iterable = iterable
         self.device = as_device(device, "DataWaitMeter: device") if device is not None else None
         self.sync_every = sync_every
@@ -80,10 +92,15 @@ class DataWaitMeter:
         """Totals over the steps; `skip=k` leaves out the first k (a DataLoader's first `next()`
         also starts its workers: not a steady-state wait)."""
         check_int("skip", skip, 0, where="DataWaitMeter.summary")
-        wait, compute = sum(self.wait[skip:len(self.compute)]), sum(self.compute[skip:])
+        wait, compute = sum(self.wait[skip : len(self.compute)]), sum(self.compute[skip:])
         steps = max(0, len(self.compute) - skip)
-        return {"steps": steps, "step_s": (wait + compute) / steps if steps else 0.0, "wait_s": wait,
-                "compute_s": compute, "wait_fraction": wait / (wait + compute) if wait + compute else 0.0}
+        return {
+            "steps": steps,
+            "step_s": (wait + compute) / steps if steps else 0.0,
+            "wait_s": wait,
+            "compute_s": compute,
+            "wait_fraction": wait / (wait + compute) if wait + compute else 0.0,
+        }
 
     def diagnosis(self, skip: int = 0) -> str:
         """One sentence: is this loop input-bound? (`wait_verdict`)"""
@@ -94,7 +111,10 @@ def _busy_seconds(prof: profile, device_type: str) -> float:
     """GPU kernel and copy time, averaged over the GPUs that ran any (a CPU operator's row also
     carries its kernels' time); on a CPU the operators' self time. Labels are not work."""
     if device_type != "cuda":
-        return sum(e.self_cpu_time_total for e in prof.key_averages() if not e.is_user_annotation) / 1e6
+        return (
+            sum(e.self_cpu_time_total for e in prof.key_averages() if not e.is_user_annotation)
+            / 1e6
+        )
     per_gpu: dict[int, float] = {}
     for e in prof.events():
         if e.device_type == torch.autograd.DeviceType.CUDA and not e.is_user_annotation:
@@ -111,11 +131,16 @@ class StepWindow:
     steps the window saw).
     """
 
-    def __init__(self, *, device: str | torch.device | None = None, warmup: int = 3, steps: int = 10) -> None:
+    def __init__(
+        self, *, device: str | torch.device | None = None, warmup: int = 3, steps: int = 10
+    ) -> None:
         check_int("warmup", warmup, where="StepWindow")
         check_int("steps", steps, where="StepWindow")
         self.device = as_device(device)
-        self.warmup, self.stop_after = warmup, warmup + steps  # stop_after: the loop's steps for all of it
+        self.warmup, self.stop_after = (
+            warmup,
+            warmup + steps,
+        )  # stop_after: the loop's steps for all of it
         self.prof: profile | None = None
         self.t0 = self.wall = 0.0
         self.steps_done, self._running = 0, False
@@ -123,7 +148,9 @@ class StepWindow:
     def __call__(self, step: int) -> None:
         if step == self.warmup and self.prof is None:
             synchronize(self.device)
-            acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
+            acts = [ProfilerActivity.CPU] + (
+                [ProfilerActivity.CUDA] if self.device.type == "cuda" else []
+            )
             self.prof = profile(activities=acts)
             self.prof.start()
             self._running = True
@@ -145,7 +172,12 @@ class StepWindow:
     def busy_fraction(self) -> float | None:
         """Kernel time (GPU) or operator self time (CPU) over the window's wall time; None when
         the loop never reached the window, or where torch.profiler times no kernels (MPS, XPU)."""
-        if self.prof is None or self._running or not self.wall or self.device.type not in ("cpu", "cuda"):
+        if (
+            self.prof is None
+            or self._running
+            or not self.wall
+            or self.device.type not in ("cpu", "cuda")
+        ):
             return None
         return min(_busy_seconds(self.prof, self.device.type) / self.wall, 1.0)
 

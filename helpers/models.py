@@ -26,23 +26,33 @@ from torch.utils.flop_counter import FlopCounterMode
 from .checks import check_choice, check_int, check_number
 
 PRECISIONS = ("bf16", "fp16", "tf32", "fp32")
-PEAK_SOURCE = ("NVIDIA datasheets (dense tensor-core TFLOP/s, without sparsity): H100/H200, "
-               "A100, V100, T4, A10, L4, L40S, B200 (HGX, per GPU) datasheets; GA102/AD102 "
-               "whitepapers for RTX 3090/4090")
+PEAK_SOURCE = (
+    "NVIDIA datasheets (dense tensor-core TFLOP/s, without sparsity): H100/H200, "
+    "A100, V100, T4, A10, L4, L40S, B200 (HGX, per GPU) datasheets; GA102/AD102 "
+    "whitepapers for RTX 3090/4090"
+)
 
 
 class Residual(nn.Module):
     """d2l's residual block: conv-bn-relu-conv-bn, plus an optional 1x1 conv shortcut."""
 
-    def __init__(self, in_channels: int, num_channels: int, use_1x1conv: bool = False,
-                 strides: int = 1) -> None:
-        for name, v in (("in_channels", in_channels), ("num_channels", num_channels), ("strides", strides)):
+    def __init__(
+        self, in_channels: int, num_channels: int, use_1x1conv: bool = False, strides: int = 1
+    ) -> None:
+        for name, v in (
+            ("in_channels", in_channels),
+            ("num_channels", num_channels),
+            ("strides", strides),
+        ):
             check_int(name, v, 1, where="Residual")
         super().__init__()
         self.conv1 = nn.Conv2d(in_channels, num_channels, kernel_size=3, padding=1, stride=strides)
         self.conv2 = nn.Conv2d(num_channels, num_channels, kernel_size=3, padding=1)
-        self.conv3 = (nn.Conv2d(in_channels, num_channels, kernel_size=1, stride=strides)
-                      if use_1x1conv else None)
+        self.conv3 = (
+            nn.Conv2d(in_channels, num_channels, kernel_size=1, stride=strides)
+            if use_1x1conv
+            else None
+        )
         self.bn1 = nn.BatchNorm2d(num_channels)
         self.bn2 = nn.BatchNorm2d(num_channels)
 
@@ -57,9 +67,13 @@ class Residual(nn.Module):
 def _resnet_block(in_channels: int, out_channels: int, first_block: bool = False) -> nn.Sequential:
     """d2l's two residuals; every block but the first halves the size and widens."""
     if first_block:
-        return nn.Sequential(Residual(out_channels, out_channels), Residual(out_channels, out_channels))
-    return nn.Sequential(Residual(in_channels, out_channels, use_1x1conv=True, strides=2),
-                         Residual(out_channels, out_channels))
+        return nn.Sequential(
+            Residual(out_channels, out_channels), Residual(out_channels, out_channels)
+        )
+    return nn.Sequential(
+        Residual(in_channels, out_channels, use_1x1conv=True, strides=2),
+        Residual(out_channels, out_channels),
+    )
 
 
 def resnet18(num_classes: int = 10, in_channels: int = 1, width: int = 64) -> nn.Sequential:
@@ -68,7 +82,9 @@ def resnet18(num_classes: int = 10, in_channels: int = 1, width: int = 64) -> nn
     for name, v in (("num_classes", num_classes), ("in_channels", in_channels), ("width", width)):
         check_int(name, v, 1, where="resnet18")
     w = width
-    net = nn.Sequential(nn.Conv2d(in_channels, w, kernel_size=3, stride=1, padding=1), nn.BatchNorm2d(w), nn.ReLU())
+    net = nn.Sequential(
+        nn.Conv2d(in_channels, w, kernel_size=3, stride=1, padding=1), nn.BatchNorm2d(w), nn.ReLU()
+    )
     net.add_module("resnet_block1", _resnet_block(w, w, first_block=True))
     net.add_module("resnet_block2", _resnet_block(w, 2 * w))
     net.add_module("resnet_block3", _resnet_block(2 * w, 4 * w))
@@ -87,9 +103,16 @@ def small_cnn(in_channels: int = 3, num_classes: int = 10, width: int = 16) -> n
     def block(cin: int, cout: int) -> list[nn.Module]:
         return [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU()]
 
-    return nn.Sequential(*block(in_channels, w), nn.MaxPool2d(2), *block(w, 2 * w), nn.MaxPool2d(2),
-                         *block(2 * w, 4 * w), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-                         nn.Linear(4 * w, num_classes))
+    return nn.Sequential(
+        *block(in_channels, w),
+        nn.MaxPool2d(2),
+        *block(w, 2 * w),
+        nn.MaxPool2d(2),
+        *block(2 * w, 4 * w),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(4 * w, num_classes),
+    )
 
 
 # (regex on torch.cuda.get_device_name(), {precision: dense TFLOP/s}); first match wins, so the
@@ -115,26 +138,40 @@ def peak_flops(device_name: str, precision: str = "bf16") -> float | None:
     (a CPU, a GPU missing from the table, or a precision the card has no hardware for)."""
     check_choice("precision", precision, PRECISIONS, where="peak_flops")
     if not isinstance(device_name, str):
-        raise TypeError(f"device_name must be a string such as 'NVIDIA H100 80GB HBM3', got {device_name!r}")
-    tflops = next((peaks[precision] for pattern, peaks in PEAK_TFLOPS if re.search(pattern, device_name)), None)
+        raise TypeError(
+            f"device_name must be a string such as 'NVIDIA H100 80GB HBM3', got {device_name!r}"
+        )
+    tflops = next(
+        (peaks[precision] for pattern, peaks in PEAK_TFLOPS if re.search(pattern, device_name)),
+        None,
+    )
     return None if tflops is None else tflops * 1e12
 
 
-def fraction_of_peak(flops_per_second: float, device_name: str, precision: str = "bf16") -> float | None:
+def fraction_of_peak(
+    flops_per_second: float, device_name: str, precision: str = "bf16"
+) -> float | None:
     """Achieved FLOP/s over the card's datasheet peak (None when the peak is unknown)."""
     check_number("flops_per_second", flops_per_second, where="fraction_of_peak", inclusive=True)
     peak = peak_flops(device_name, precision)
     return None if peak is None else flops_per_second / peak
 
 
-def training_flops_per_sample(model: nn.Module, sample_shape: Sequence[int], *,
-                              loss_fn: Callable | None = None, batch: int = 2) -> float:
+def training_flops_per_sample(
+    model: nn.Module,
+    sample_shape: Sequence[int],
+    *,
+    loss_fn: Callable | None = None,
+    batch: int = 2,
+) -> float:
     """FLOPs of one forward + backward pass per sample (what one training image costs).
 
     Counted on a `meta`-device copy: milliseconds and no memory, whatever the model."""
     check_int("batch", batch, 1, where="training_flops_per_sample")
     if not sample_shape or any(not isinstance(s, int) or s < 1 for s in sample_shape):
-        raise ValueError(f"sample_shape must be positive ints like (1, 28, 28), got {sample_shape!r}")
+        raise ValueError(
+            f"sample_shape must be positive ints like (1, 28, 28), got {sample_shape!r}"
+        )
     if isinstance(model, nn.DataParallel | nn.parallel.DistributedDataParallel):
         model = model.module
     net = copy.deepcopy(model).to("meta").train()

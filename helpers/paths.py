@@ -17,7 +17,9 @@ def in_checkout() -> bool:
 
 def _dir(env: str, *default: str) -> Path:
     # installed, the working directory (/content on Colab): never write into site-packages
-    return Path(os.environ.get(env) or (ROOT if in_checkout() else Path.cwd()).joinpath(*default)).resolve()
+    return Path(
+        os.environ.get(env) or (ROOT if in_checkout() else Path.cwd()).joinpath(*default)
+    ).resolve()
 
 
 def data_dir() -> Path:

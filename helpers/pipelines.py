@@ -32,8 +32,14 @@ CIFAR_STD = (0.2470, 0.2435, 0.2616)
 _DONE = "COMPLETE.json"
 
 
-def prepare_image_folder(n: int = 2048, *, fmt: str = "png", source: str = "auto",
-                         root: str | Path | None = None, quality: int = 90) -> tuple[Path, bool]:
+def prepare_image_folder(
+    n: int = 2048,
+    *,
+    fmt: str = "png",
+    source: str = "auto",
+    root: str | Path | None = None,
+    quality: int = 90,
+) -> tuple[Path, bool]:
     """Write the first `n` CIFAR-10 training images (`helpers.data.cifar10`: real, else the
     stand-in) as `<root>/<class>/<i>.<fmt>` files, once: a complete folder is reused.
     Returns the folder and whether its images are synthetic."""
@@ -41,8 +47,13 @@ def prepare_image_folder(n: int = 2048, *, fmt: str = "png", source: str = "auto
     check_choice("fmt", fmt, ("png", "jpeg"), where="prepare_image_folder")
     check_choice("source", source, data.SOURCES, where="prepare_image_folder")
     # which source `data.cifar10` will use, found without reading the data set
-    real = source == "real" or (source == "auto" and (data._real_present("cifar10", paths.data_dir())
-                                                      or data.online(data._URL["cifar10"], timeout=1.0)))
+    real = source == "real" or (
+        source == "auto"
+        and (
+            data._real_present("cifar10", paths.data_dir())
+            or data.online(data._URL["cifar10"], timeout=1.0)
+        )
+    )
     name = f"cifar10_{'real' if real else 'synthetic'}_{fmt}_{n}"
     done = (Path(root) if root is not None else paths.data_dir() / "image_folders" / name) / _DONE
     if done.exists():
@@ -51,10 +62,25 @@ def prepare_image_folder(n: int = 2048, *, fmt: str = "png", source: str = "auto
     if n > len(ds):
         raise ValueError(f"n must be at most the data set's size ({len(ds)}), got {n}")
     x, y = data.as_tensors(ds, limit=n)
-    synthetic.write_image_folder(done.parent, x.permute(0, 2, 3, 1).numpy(), y.numpy(), list(ds.classes),
-                                 fmt=fmt, quality=quality)
-    paths.write_atomic(done, json.dumps({"n": n, "fmt": fmt, "synthetic": ds.synthetic,
-                                         "written": time.strftime("%Y-%m-%dT%H:%M:%S")}))
+    synthetic.write_image_folder(
+        done.parent,
+        x.permute(0, 2, 3, 1).numpy(),
+        y.numpy(),
+        list(ds.classes),
+        fmt=fmt,
+        quality=quality,
+    )
+    paths.write_atomic(
+        done,
+        json.dumps(
+            {
+                "n": n,
+                "fmt": fmt,
+                "synthetic": ds.synthetic,
+                "written": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            }
+        ),
+    )
     return done.parent, ds.synthetic
 
 
@@ -63,38 +89,71 @@ def folder_bytes(root: str | Path) -> int:
     return sum(p.stat().st_size for p in Path(root).rglob("*") if p.suffix in (".png", ".jpg"))
 
 
-def _recipe(tf: object, to_float: Callable, where: str, pad: int, crop: int, flip: bool,
-            mean: tuple[float, ...], std: tuple[float, ...]) -> Callable:
+def _recipe(
+    tf: object,
+    to_float: Callable,
+    where: str,
+    pad: int,
+    crop: int,
+    flip: bool,
+    mean: tuple[float, ...],
+    std: tuple[float, ...],
+) -> Callable:
     check_int("crop", crop, where=where)
     check_int("pad", pad, 0, where=where)
     flips = [tf.RandomHorizontalFlip()] if flip else []
-    return tf.Compose([tf.RandomCrop(crop, padding=pad), *flips, to_float, tf.Normalize(list(mean), list(std))])
+    return tf.Compose(
+        [tf.RandomCrop(crop, padding=pad), *flips, to_float, tf.Normalize(list(mean), list(std))]
+    )
 
 
-def cifar_train_transform(*, pad: int = 4, crop: int = 32, flip: bool = True,
-                          mean: tuple[float, ...] = CIFAR_MEAN,
-                          std: tuple[float, ...] = CIFAR_STD) -> T.Compose:
+def cifar_train_transform(
+    *,
+    pad: int = 4,
+    crop: int = 32,
+    flip: bool = True,
+    mean: tuple[float, ...] = CIFAR_MEAN,
+    std: tuple[float, ...] = CIFAR_STD,
+) -> T.Compose:
     """The classic CIFAR-10 training recipe on a decoded PIL image: pad + random crop, random
     flip, to float tensor, normalise. torchvision classes, so it pickles for `spawn`."""
     return _recipe(T, T.ToTensor(), "cifar_train_transform", pad, crop, flip, mean, std)
 
 
-def tensor_train_transform(*, pad: int = 4, crop: int = 32, flip: bool = True,
-                           mean: tuple[float, ...] = CIFAR_MEAN,
-                           std: tuple[float, ...] = CIFAR_STD) -> v2.Compose:
+def tensor_train_transform(
+    *,
+    pad: int = 4,
+    crop: int = 32,
+    flip: bool = True,
+    mean: tuple[float, ...] = CIFAR_MEAN,
+    std: tuple[float, ...] = CIFAR_STD,
+) -> v2.Compose:
     """The same recipe per sample on a uint8 tensor (torchvision v2)."""
-    return _recipe(v2, v2.ToDtype(torch.float32, scale=True), "tensor_train_transform",
-                   pad, crop, flip, mean, std)
+    return _recipe(
+        v2,
+        v2.ToDtype(torch.float32, scale=True),
+        "tensor_train_transform",
+        pad,
+        crop,
+        flip,
+        mean,
+        std,
+    )
 
 
-def image_folder(root: str | Path, transform: Callable | None = None) -> torchvision.datasets.ImageFolder:
+def image_folder(
+    root: str | Path, transform: Callable | None = None
+) -> torchvision.datasets.ImageFolder:
     """torchvision's ImageFolder over `root`, with a clear error when it does not exist."""
     if not Path(root).is_dir():
-        raise FileNotFoundError(f"root: the image folder {str(root)!r} does not exist (or is not a "
-                                "directory); write one with helpers.pipelines.prepare_image_folder()")
+        raise FileNotFoundError(
+            f"root: the image folder {str(root)!r} does not exist (or is not a "
+            "directory); write one with helpers.pipelines.prepare_image_folder()"
+        )
     # allow_empty: a small sample may miss a class; its folder still fixes the label ids
-    return torchvision.datasets.ImageFolder(str(root), transform=transform, allow_empty=True,
-                                            loader=load_image)
+    return torchvision.datasets.ImageFolder(
+        str(root), transform=transform, allow_empty=True, loader=load_image
+    )
 
 
 def load_image(path: str) -> Image.Image:
@@ -104,8 +163,10 @@ def load_image(path: str) -> Image.Image:
         with open(path, "rb") as f:
             return Image.open(f).convert("RGB")
     except (OSError, SyntaxError, ValueError) as e:
-        raise RuntimeError(f"image file {path} cannot be decoded ({e}); it is truncated or not an "
-                           "image: write the folder again (prepare_image_folder) or delete the file") from e
+        raise RuntimeError(
+            f"image file {path} cannot be decoded ({e}); it is truncated or not an "
+            "image: write the folder again (prepare_image_folder) or delete the file"
+        ) from e
 
 
 class PerSampleTensorDataset(Dataset):
@@ -126,7 +187,7 @@ class PerSampleTensorDataset(Dataset):
         return (self.transform(self.x[i]) if self.transform is not None else self.x[i]), self.y[i]
 
 
-# ----------------------------------------------------------------------------- what the workers cost
+# --------------------------------------------------------------------------- what the workers cost
 # RSS counts pages a worker shares with its parent (a `fork` clone), so it overstates what
 # workers add; USS is what the machine gets back when a worker exits. Batches in flight live in
 # shared memory, mapped by a worker then the parent: only the PSS of anonymous and shared pages,
@@ -145,7 +206,9 @@ def live_workers(pid: int | None = None) -> list[psutil.Process]:
     out = []
     for k in kids:
         try:
-            if k.status() != psutil.STATUS_ZOMBIE and not any(s in " ".join(k.cmdline()) for s in _NOT_WORKERS):
+            if k.status() != psutil.STATUS_ZOMBIE and not any(
+                s in " ".join(k.cmdline()) for s in _NOT_WORKERS
+            ):
                 out.append(k)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             pass
@@ -186,7 +249,9 @@ class WorkerMemorySampler:
                 except (psutil.NoSuchProcess, psutil.AccessDenied):
                     pass
             rss, uss, pss = total
-            self.samples.append(dict(rss=rss, uss=uss, pss=pss, workers=n, parent_pss=_memory(self._me)[2]))
+            self.samples.append(
+                dict(rss=rss, uss=uss, pss=pss, workers=n, parent_pss=_memory(self._me)[2])
+            )
             self._stop.wait(self.interval)
 
     def __enter__(self) -> WorkerMemorySampler:
@@ -208,17 +273,26 @@ class WorkerMemorySampler:
         most = max(s["workers"] for s in busy)
         # added: the median over samples with every worker up (one taken while a worker starts
         # or exits splits shared pages inconsistently), minus the parent alone before
-        added = statistics.median(s["pss"] + s["parent_pss"] for s in busy if s["workers"] == most) if most else 0
-        return {"workers": most, "samples": len(self.samples),
-                "added_mb": (added - self.baseline_pss) / MB if most else 0.0,
-                **{f"{k}_mb": top[k][k] / MB for k in top},
-                **{f"{k}_per_worker_mb": top[k][k] / max(top[k]["workers"], 1) / MB for k in top}}
+        added = (
+            statistics.median(s["pss"] + s["parent_pss"] for s in busy if s["workers"] == most)
+            if most
+            else 0
+        )
+        return {
+            "workers": most,
+            "samples": len(self.samples),
+            "added_mb": (added - self.baseline_pss) / MB if most else 0.0,
+            **{f"{k}_mb": top[k][k] / MB for k in top},
+            **{f"{k}_per_worker_mb": top[k][k] / max(top[k]["workers"], 1) / MB for k in top},
+        }
 
 
 # ----------------------------------------------------------------------------- NVIDIA DALI
 
-DALI_INSTALL_HINT = ("pip install --extra-index-url https://pypi.nvidia.com nvidia-dali-cuda120 "
-                     "(pick the package matching your CUDA major version; Linux with an NVIDIA GPU only)")
+DALI_INSTALL_HINT = (
+    "pip install --extra-index-url https://pypi.nvidia.com nvidia-dali-cuda120 "
+    "(pick the package matching your CUDA major version; Linux with an NVIDIA GPU only)"
+)
 
 
 def dali_available() -> tuple[bool, str]:
@@ -230,16 +304,29 @@ def dali_available() -> tuple[bool, str]:
         import nvidia.dali as dali
         from nvidia.dali.plugin.pytorch import DALIGenericIterator  # noqa: F401
     except Exception as e:  # ImportError, or a broken install
-        return False, f"nvidia-dali is not importable ({type(e).__name__}: {e}); {DALI_INSTALL_HINT}"
+        return (
+            False,
+            f"nvidia-dali is not importable ({type(e).__name__}: {e}); {DALI_INSTALL_HINT}",
+        )
     return True, getattr(dali, "__version__", "unknown version")
 
 
-def dali_batches(root: str | Path, *, batch_size: int, pad: int = 4, crop: int = 32,
-                 mean: tuple[float, ...] = CIFAR_MEAN, std: tuple[float, ...] = CIFAR_STD,
-                 seed: int = 0, num_threads: int = 2, device_id: int = 0,
-                 epochs: int = 1) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def dali_batches(
+    root: str | Path,
+    *,
+    batch_size: int,
+    pad: int = 4,
+    crop: int = 32,
+    mean: tuple[float, ...] = CIFAR_MEAN,
+    std: tuple[float, ...] = CIFAR_STD,
+    seed: int = 0,
+    num_threads: int = 2,
+    device_id: int = 0,
+    epochs: int = 1,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """`epochs` epochs of (X float32 (B, 3, crop, crop) on the GPU, y int64) from an image
-    folder: decode ("mixed": nvJPEG on the GPU for JPEG; PNG is decoded on the CPU), zero pad by `pad`, random crop, random flip, normalise."""
+    folder: decode ("mixed": nvJPEG on the GPU for JPEG; PNG is decoded on the CPU), zero pad by
+    `pad`, random crop, random flip, normalise."""
     from nvidia.dali import fn, pipeline_def, types
     from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
@@ -251,18 +338,31 @@ def dali_batches(root: str | Path, *, batch_size: int, pad: int = 4, crop: int =
         files, labels = fn.readers.file(file_root=str(root), random_shuffle=True, name="reader")
         images = fn.decoders.image(files, device="mixed", output_type=types.RGB)
         # paste into a zero canvas (pad on every side), then a random crop and flip
-        images = fn.paste(images, ratio=(crop + 2 * pad) / crop, fill_value=0, paste_x=0.5, paste_y=0.5)
+        images = fn.paste(
+            images, ratio=(crop + 2 * pad) / crop, fill_value=0, paste_x=0.5, paste_y=0.5
+        )
         images = fn.crop_mirror_normalize(
-            images, dtype=types.FLOAT, output_layout="CHW", crop=(crop, crop),
-            crop_pos_x=fn.random.uniform(range=(0.0, 1.0)), crop_pos_y=fn.random.uniform(range=(0.0, 1.0)),
+            images,
+            dtype=types.FLOAT,
+            output_layout="CHW",
+            crop=(crop, crop),
+            crop_pos_x=fn.random.uniform(range=(0.0, 1.0)),
+            crop_pos_y=fn.random.uniform(range=(0.0, 1.0)),
             mirror=fn.random.coin_flip(probability=0.5),
-            mean=[255 * m for m in mean], std=[255 * s for s in std])
+            mean=[255 * m for m in mean],
+            std=[255 * s for s in std],
+        )
         return images, labels.gpu()
 
     p = pipe()
     p.build()
-    it = DALIGenericIterator([p], ["x", "y"], reader_name="reader",
-                             last_batch_policy=LastBatchPolicy.PARTIAL, auto_reset=True)
+    it = DALIGenericIterator(
+        [p],
+        ["x", "y"],
+        reader_name="reader",
+        last_batch_policy=LastBatchPolicy.PARTIAL,
+        auto_reset=True,
+    )
     for _ in range(epochs):
         for out in it:
             yield out[0]["x"], out[0]["y"].view(-1).long()

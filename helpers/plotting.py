@@ -41,9 +41,13 @@ def one_at_a_time(fn: _Fn) -> _Fn:
     the running cell, where both would measure on shared cores, change `torch.set_num_threads`
     under each other and close each other's pyplot figures (ipywidgets has no switch for it)."""
     if not callable(fn):
-        raise TypeError(f"one_at_a_time: fn must be a function (the explore callback), "
-                        f"got {type(fn).__name__} {fn!r}")
-    ip = sys.modules["IPython"].get_ipython() if "IPython" in sys.modules else None  # a kernel has it
+        raise TypeError(
+            f"one_at_a_time: fn must be a function (the explore callback), "
+            f"got {type(fn).__name__} {fn!r}"
+        )
+    ip = (
+        sys.modules["IPython"].get_ipython() if "IPython" in sys.modules else None
+    )  # a kernel has it
     if ip is not None and _take_turn not in ip.events.callbacks["pre_execute"]:
         ip.events.register("pre_execute", _take_turn)
         ip.events.register("post_execute", _give_turn)
@@ -63,23 +67,50 @@ def _number(what: str, v: object) -> float:
     return float(v)
 
 
-def bar_compare(labels: Sequence[str], values: Sequence[float], *, unit: str, higher_is_better: bool = True,
-                title: str = "", ax: plt.Axes | None = None) -> plt.Figure:
+def bar_compare(
+    labels: Sequence[str],
+    values: Sequence[float],
+    *,
+    unit: str,
+    higher_is_better: bool = True,
+    title: str = "",
+    ax: plt.Axes | None = None,
+) -> plt.Figure:
     """Bars labelled with their ratio to the first bar ("2.4x": 2.4 times better)."""
     if len(labels) != len(values) or not values:
         raise ValueError("bar_compare: labels and values must be non-empty and the same length")
     values = [_number(f"bar_compare: values[{i}] ({labels[i]!r})", v) for i, v in enumerate(values)]
-    if bad := [label for label, v in zip(labels, values, strict=True) if not math.isfinite(v) or v < 0]:
+    if bad := [
+        label for label, v in zip(labels, values, strict=True) if not math.isfinite(v) or v < 0
+    ]:
         raise ValueError(f"bar_compare: values must be finite and >= 0; not so for {bad}")
     if values[0] <= 0:
         raise ValueError("bar_compare: the baseline (first) value must be positive")
-    ratios = [v / values[0] if higher_is_better else (values[0] / v if v else math.inf) for v in values]
-    fig, ax = plt.subplots(figsize=(max(4.0, 1.1 * len(values) + 2), 3.4)) if ax is None else (ax.figure, ax)
+    ratios = [
+        v / values[0] if higher_is_better else (values[0] / v if v else math.inf) for v in values
+    ]
+    fig, ax = (
+        plt.subplots(figsize=(max(4.0, 1.1 * len(values) + 2), 3.4))
+        if ax is None
+        else (ax.figure, ax)
+    )
     bars = ax.bar(range(len(values)), values, color=["#999999"] + ["#2a7ab0"] * (len(values) - 1))
     for bar, r in zip(bars, ratios, strict=True):
-        ax.annotate(f"{r:.2f}x", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                    ha="center", va="bottom", fontsize=9, xytext=(0, 2), textcoords="offset points")
-    ax.set_xticks(range(len(values)), labels, rotation=20 if len(values) > 3 else 0, ha="right" if len(values) > 3 else "center")
+        ax.annotate(
+            f"{r:.2f}x",
+            (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+            ha="center",
+            va="bottom",
+            fontsize=9,
+            xytext=(0, 2),
+            textcoords="offset points",
+        )
+    ax.set_xticks(
+        range(len(values)),
+        labels,
+        rotation=20 if len(values) > 3 else 0,
+        ha="right" if len(values) > 3 else "center",
+    )
     ax.set_ylabel(f"{unit} ({'higher' if higher_is_better else 'lower'} is better)")
     ax.set_title(title or f"ratio to '{labels[0]}' on each bar")
     ax.margins(y=0.15)
@@ -87,8 +118,13 @@ def bar_compare(labels: Sequence[str], values: Sequence[float], *, unit: str, hi
     return fig
 
 
-def waterfall(steps: Sequence[tuple[str, float]], *, unit: str = "s / epoch", title: str = "",
-              kept: Sequence[bool] | None = None) -> plt.Figure:
+def waterfall(
+    steps: Sequence[tuple[str, float]],
+    *,
+    unit: str = "s / epoch",
+    title: str = "",
+    kept: Sequence[bool] | None = None,
+) -> plt.Figure:
     """Stacked speed-ups over the first bar: each later bar floats from the last *kept* step's
     value to its own; a step not kept (slower, dropped: red) leaves the next on the same base."""
     if not steps:
@@ -101,15 +137,24 @@ def waterfall(steps: Sequence[tuple[str, float]], *, unit: str = "s / epoch", ti
         raise ValueError(f"waterfall: every value must be positive and finite, got {values}")
     kept = [True] * len(values) if kept is None else [bool(k) for k in kept]
     if len(kept) != len(values):
-        raise ValueError(f"waterfall: kept must have one flag per step ({len(values)}), got {len(kept)}")
+        raise ValueError(
+            f"waterfall: kept must have one flag per step ({len(values)}), got {len(kept)}"
+        )
     fig, ax = plt.subplots(figsize=(max(5.0, 1.0 * len(steps) + 2), 3.8))
     ref = base = values[0]
     for i, v in enumerate(values):
         bottom, height = (0.0, v) if i == 0 else (min(base, v), abs(base - v))
         color = "#999999" if i == 0 else "#3a9a4a" if kept[i] and v < base else "#c0392b"
         ax.bar(i, max(height, ref * 0.003), bottom=bottom, color=color)
-        ax.annotate(f"{v:.3g}\n{ref / v:.2f}x", (i, bottom + height), ha="center", va="bottom",
-                    fontsize=8, xytext=(0, 2), textcoords="offset points")
+        ax.annotate(
+            f"{v:.3g}\n{ref / v:.2f}x",
+            (i, bottom + height),
+            ha="center",
+            va="bottom",
+            fontsize=8,
+            xytext=(0, 2),
+            textcoords="offset points",
+        )
         if i:
             ax.plot([i - 1.4, i + 0.4], [base] * 2, color="#555555", lw=0.6, ls=":")
         if kept[i]:

@@ -27,16 +27,24 @@ def choose(name: str | None = None, given: str = "asked for") -> tuple[str, str]
     to say of a `name` passed in)."""
     reason = given
     if name is None:
-        name, reason = ((os.environ[ENV_VAR], f"from the environment ({ENV_VAR})") if os.environ.get(ENV_VAR)
-                        else ("auto", "the default"))
+        name, reason = (
+            (os.environ[ENV_VAR], f"from the environment ({ENV_VAR})")
+            if os.environ.get(ENV_VAR)
+            else ("auto", "the default")
+        )
     if not isinstance(name, str):
-        raise TypeError(f"profile must be a string, one of {', '.join(PROFILES)}, auto; got {name!r}")
+        raise TypeError(
+            f"profile must be a string, one of {', '.join(PROFILES)}, auto; got {name!r}"
+        )
     name = check_choice(f"profile (or ${ENV_VAR})", name.strip().lower(), (*PROFILES, "auto"))
     if name == "auto":
         from helpers import devices
 
-        name, reason = ("full", f"{reason}, auto: a GPU is present") if devices.accelerator() \
+        name, reason = (
+            ("full", f"{reason}, auto: a GPU is present")
+            if devices.accelerator()
             else ("smoke", f"{reason}, auto: no GPU here")
+        )
     return name, reason
 
 
@@ -49,8 +57,10 @@ class Profile:
 
     def __post_init__(self) -> None:
         if self.name not in PROFILES:
-            raise ValueError(f"Profile: name must be one of {', '.join(PROFILES)} (use profiles.active() "
-                             f"to resolve 'auto'); got {self.name!r}")
+            raise ValueError(
+                f"Profile: name must be one of {', '.join(PROFILES)} (use profiles.active() "
+                f"to resolve 'auto'); got {self.name!r}"
+            )
 
     @property
     def is_smoke(self) -> bool:

@@ -62,21 +62,36 @@ class Measurement:
         """Throughput when one call processes `items` items (samples, bytes, ...)."""
         check_number("items", items, where="per_second", inclusive=True)  # items per call
         if self.median <= 0:
-            raise ValueError(f"per_second: {self.label!r} has a median of {self.median} s, too short to "
-                             "turn into a rate; time more work per call (benchmark(number=...))")
+            raise ValueError(
+                f"per_second: {self.label!r} has a median of {self.median} s, too short to "
+                "turn into a rate; time more work per call (benchmark(number=...))"
+            )
         return items / self.median
 
     def __str__(self) -> str:
-        return f"{self.label}: {_fmt(self.median)} median (IQR {_fmt(self.iqr)}, n={len(self.times)})"
+        return (
+            f"{self.label}: {_fmt(self.median)} median (IQR {_fmt(self.iqr)}, n={len(self.times)})"
+        )
 
 
 def _fmt(seconds: float) -> str:
-    return (f"{seconds:.3f} s" if seconds >= 1 else f"{seconds * 1e3:.2f} ms" if seconds >= 1e-3
-            else f"{seconds * 1e6:.1f} us")
+    return (
+        f"{seconds:.3f} s"
+        if seconds >= 1
+        else f"{seconds * 1e3:.2f} ms"
+        if seconds >= 1e-3
+        else f"{seconds * 1e6:.1f} us"
+    )
 
 
-def benchmark(fn: Callable[[], object], *, repeats: int = 5, warmup: int = 1, number: int = 1,
-              label: str | None = None) -> Measurement:
+def benchmark(
+    fn: Callable[[], object],
+    *,
+    repeats: int = 5,
+    warmup: int = 1,
+    number: int = 1,
+    label: str | None = None,
+) -> Measurement:
     """Seconds per call of `fn()`: `warmup` untimed calls, then `repeats` timed runs of `number`
     calls, each timed by a `Timer` (the GPUs synchronised).
 
@@ -97,6 +112,10 @@ def benchmark(fn: Callable[[], object], *, repeats: int = 5, warmup: int = 1, nu
         timer.stop()
     times = [t / number for t in timer.times]
     q = statistics.quantiles(times, n=4) if len(times) >= 2 else [times[0]] * 3
-    return Measurement(label or getattr(fn, "__name__", "fn"), statistics.median(times), q[2] - q[0],
-                       min(times), times)
-
+    return Measurement(
+        label or getattr(fn, "__name__", "fn"),
+        statistics.median(times),
+        q[2] - q[0],
+        min(times),
+        times,
+    )

@@ -49,9 +49,11 @@ class EpochStats:
     lr: float
 
 
-def _pairs(batches: Iterable, steps: int | None, device: torch.device,
-           where: str = "train: train_iter") -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """One epoch of `(X, y)` on `device`: all of `batches`, or exactly `steps`, going round again."""
+def _pairs(
+    batches: Iterable, steps: int | None, device: torch.device, where: str = "train: train_iter"
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """One epoch of `(X, y)` on `device`: all of `batches`, or exactly `steps`, going round
+    again."""
     n = 0
     while True:
         before = n
@@ -59,14 +61,18 @@ def _pairs(batches: Iterable, steps: int | None, device: torch.device,
             try:
                 X, y = batch
             except (TypeError, ValueError) as e:
-                raise ValueError(f"{where} must yield (X, y) pairs; got a {type(batch).__name__}") from e
+                raise ValueError(
+                    f"{where} must yield (X, y) pairs; got a {type(batch).__name__}"
+                ) from e
             yield X.to(device, non_blocking=True), y.to(device, non_blocking=True)
             n += 1
             if steps is not None and n >= steps:
                 return
         if n == before:
-            raise ValueError(f"{where} gave no batches (a generator can only be iterated once: "
-                             "pass a list or a DataLoader)")
+            raise ValueError(
+                f"{where} gave no batches (a generator can only be iterated once: "
+                "pass a list or a DataLoader)"
+            )
         if steps is None:
             return
 
@@ -76,15 +82,23 @@ def _schedule(opt: torch.optim.Optimizer, name: str, lr: float, total: int | Non
     if name == "constant":
         return None
     if total is None:
-        raise ValueError(f"train: lr_schedule={name!r} needs the run's length: give steps_per_epoch "
-                         "or a train_iter with a len()")
+        raise ValueError(
+            f"train: lr_schedule={name!r} needs the run's length: give steps_per_epoch "
+            "or a train_iter with a len()"
+        )
     if name == "linear-decay":
         return torch.optim.lr_scheduler.LinearLR(opt, 1.0, 0.0, total_iters=total)
     return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=total)
 
 
-def _run(net: nn.Module, pairs: Iterator, dev: torch.device, opt: torch.optim.Optimizer | None = None,
-         sched: Any = None, bar: Any = None) -> tuple[float, float, int, int, float]:
+def _run(
+    net: nn.Module,
+    pairs: Iterator,
+    dev: torch.device,
+    opt: torch.optim.Optimizer | None = None,
+    sched: Any = None,
+    bar: Any = None,
+) -> tuple[float, float, int, int, float]:
     """One pass, training when `opt` is given: (loss, accuracy, samples, steps, last lr). The
     sums stay on the device and are read once, at the end."""
     loss_sum = torch.zeros((), device=dev, dtype=torch.float64)
@@ -110,22 +124,36 @@ def _run(net: nn.Module, pairs: Iterator, dev: torch.device, opt: torch.optim.Op
     return loss_sum.item() / samples, correct.item() / samples, samples, steps, float(lr)
 
 
-def evaluate(net: nn.Module, data_iter: Iterable, *, device: str | torch.device | None = None) -> dict[str, Any]:
+def evaluate(
+    net: nn.Module, data_iter: Iterable, *, device: str | torch.device | None = None
+) -> dict[str, Any]:
     """Mean cross-entropy and accuracy of `net` on `data_iter` (no gradients, one sync)."""
     dev = devices.as_device(device)
     was_training = net.training
     net.eval()
     try:
-        loss, accuracy, n, _, _ = _run(net, _pairs(data_iter, None, dev, "evaluate: data_iter"), dev)
+        loss, accuracy, n, _, _ = _run(
+            net, _pairs(data_iter, None, dev, "evaluate: data_iter"), dev
+        )
     finally:
         net.train(was_training)
     return {"loss": loss, "accuracy": accuracy, "samples": n}
 
 
-def train(net: nn.Module, train_iter: Iterable, *, num_epochs: int = 1, lr: float = 0.1,
-          momentum: float = 0.0, lr_schedule: str = "constant", device: str | torch.device | None = None,
-          steps_per_epoch: int | None = None, progress: bool = True) -> list[EpochStats]:
-    """Train `net` with SGD on cross-entropy (see the module docstring); one `EpochStats` an epoch."""
+def train(
+    net: nn.Module,
+    train_iter: Iterable,
+    *,
+    num_epochs: int = 1,
+    lr: float = 0.1,
+    momentum: float = 0.0,
+    lr_schedule: str = "constant",
+    device: str | torch.device | None = None,
+    steps_per_epoch: int | None = None,
+    progress: bool = True,
+) -> list[EpochStats]:
+    """Train `net` with SGD on cross-entropy (see the module docstring); one `EpochStats` an
+    epoch."""
     dev = devices.as_device(device)
     check_int("num_epochs", num_epochs, 1, where="train")
     check_int("steps_per_epoch", steps_per_epoch, 1, where="train", allow_none=True)
@@ -133,7 +161,9 @@ def train(net: nn.Module, train_iter: Iterable, *, num_epochs: int = 1, lr: floa
     check_number("momentum", momentum, where="train", inclusive=True)
     check_choice("lr_schedule", lr_schedule, LR_SCHEDULES, where="train")
     if isinstance(train_iter, torch.Tensor) or not isinstance(train_iter, Iterable):
-        raise ValueError("train: train_iter must be an iterable of (X, y) batches (a DataLoader, a list, ...)")
+        raise ValueError(
+            "train: train_iter must be an iterable of (X, y) batches (a DataLoader, a list, ...)"
+        )
     per_epoch = steps_per_epoch or (len(train_iter) if hasattr(train_iter, "__len__") else None)
     net.to(dev).train()
     opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=momentum, nesterov=momentum > 0)
@@ -141,23 +171,35 @@ def train(net: nn.Module, train_iter: Iterable, *, num_epochs: int = 1, lr: floa
     hist = []
     from tqdm.auto import tqdm
 
-    with tqdm(total=per_epoch and per_epoch * num_epochs, desc="train", unit="batch", leave=False,
-              disable=not progress) as bar:
+    with tqdm(
+        total=per_epoch and per_epoch * num_epochs,
+        desc="train",
+        unit="batch",
+        leave=False,
+        disable=not progress,
+    ) as bar:
         for epoch in range(1, num_epochs + 1):
             devices.synchronize(dev)
             t0 = time.perf_counter()
-            loss, acc, n, steps, last_lr = _run(net, _pairs(train_iter, steps_per_epoch, dev), dev, opt, sched, bar)
+            loss, acc, n, steps, last_lr = _run(
+                net, _pairs(train_iter, steps_per_epoch, dev), dev, opt, sched, bar
+            )
             s = time.perf_counter() - t0
-            hist.append(EpochStats(epoch, loss, acc, n, s, n / s if s > 0 else float("inf"), steps, last_lr))
+            hist.append(
+                EpochStats(epoch, loss, acc, n, s, n / s if s > 0 else float("inf"), steps, last_lr)
+            )
     return hist
 
 
 # --- checkpoints ---------------------------------------------------------------------------
 
+
 def strip_module_prefix(state_dict: dict[str, Any], prefix: str = "module.") -> dict[str, Any]:
     """A copy of `state_dict` without the DataParallel/DDP `module.` prefix (if there is one)."""
     if not isinstance(state_dict, dict):
-        raise TypeError(f"strip_module_prefix: state_dict must be a dict, got {type(state_dict).__name__}")
+        raise TypeError(
+            f"strip_module_prefix: state_dict must be a dict, got {type(state_dict).__name__}"
+        )
     sd = dict(state_dict)
     consume_prefix_in_state_dict_if_present(sd, prefix)
     return sd
@@ -176,8 +218,11 @@ _SAVE_AS: list[str] = []  # where `saved_as_if_on` says CPU storages live, while
 @functools.cache
 def _register_tag() -> None:
     # once: outside `saved_as_if_on` this tagger says None, and torch's own taggers decide
-    ser.register_package(1, lambda storage: _SAVE_AS[-1] if _SAVE_AS and storage.device.type == "cpu" else None,
-                         lambda storage, location: None)
+    ser.register_package(
+        1,
+        lambda storage: _SAVE_AS[-1] if _SAVE_AS and storage.device.type == "cpu" else None,
+        lambda storage, location: None,
+    )
 
 
 @contextlib.contextmanager
@@ -185,7 +230,9 @@ def saved_as_if_on(location: str = "cuda:0") -> Iterator[None]:
     """Inside this block `torch.save` records CPU tensors as living on `location`: a CPU-only
     machine can show what a GPU machine's checkpoint does to it (a demonstration, said so)."""
     if not isinstance(location, str) or not location.startswith("cuda"):
-        raise ValueError(f"saved_as_if_on: location must be a CUDA location such as 'cuda:0', got {location!r}")
+        raise ValueError(
+            f"saved_as_if_on: location must be a CUDA location such as 'cuda:0', got {location!r}"
+        )
     _register_tag()
     _SAVE_AS.append(location)
     try:
@@ -195,6 +242,7 @@ def saved_as_if_on(location: str = "cuda:0") -> Iterator[None]:
 
 
 # --- memory --------------------------------------------------------------------------------
+
 
 class SavedTensors(torch.autograd.graph.saved_tensors_hooks):
     """Note every tensor autograd saves inside the `with` block; ask later how many bytes

@@ -47,8 +47,14 @@ def free_port() -> int:
 
 
 class LabServer:
-    def __init__(self, root: str | Path, *, env: dict[str, str] | None = None,
-                 log_path: str | Path | None = None, start_timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        root: str | Path,
+        *,
+        env: dict[str, str] | None = None,
+        log_path: str | Path | None = None,
+        start_timeout: float = 60.0,
+    ) -> None:
         self.root = Path(root)
         self.extra_env = env or {}
         self.start_timeout = start_timeout
@@ -70,41 +76,54 @@ class LabServer:
 
     def start(self) -> LabServer:
         self.home = Path(tempfile.mkdtemp(prefix="ftg-lab-"))
-        dirs = {name: self.home / name for name in
-                ("runtime", "config", "data", "settings", "workspaces", "ipython")}
+        dirs = {
+            name: self.home / name
+            for name in ("runtime", "config", "data", "settings", "workspaces", "ipython")
+        }
         for d in dirs.values():
             d.mkdir()
         for rel, values in SETTINGS.items():
             p = dirs["settings"] / rel
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_text(json.dumps(values))
-        env = lab.environment({
-            **os.environ,
-            "JUPYTER_RUNTIME_DIR": str(dirs["runtime"]),
-            "JUPYTER_CONFIG_DIR": str(dirs["config"]),
-            "JUPYTER_DATA_DIR": str(dirs["data"]),
-            "IPYTHONDIR": str(dirs["ipython"]),
-            "JUPYTER_PLATFORM_DIRS": "0",
-            **self.extra_env,
-        })
-        cmd = lab.command(self.root, [
-            "--no-browser",
-            f"--ServerApp.port={self.port}",
-            "--ServerApp.port_retries=0",
-            f"--IdentityProvider.token={self.token}",
-            f"--LabApp.user_settings_dir={dirs['settings']}",
-            f"--LabApp.workspaces_dir={dirs['workspaces']}",
-            "--LabApp.expose_app_in_browser=True",
-            "--LabApp.extension_manager=readonly",  # no PyPI queries from the test
-            "--ServerApp.terminals_enabled=False",
-        ])
+        env = lab.environment(
+            {
+                **os.environ,
+                "JUPYTER_RUNTIME_DIR": str(dirs["runtime"]),
+                "JUPYTER_CONFIG_DIR": str(dirs["config"]),
+                "JUPYTER_DATA_DIR": str(dirs["data"]),
+                "IPYTHONDIR": str(dirs["ipython"]),
+                "JUPYTER_PLATFORM_DIRS": "0",
+                **self.extra_env,
+            }
+        )
+        cmd = lab.command(
+            self.root,
+            [
+                "--no-browser",
+                f"--ServerApp.port={self.port}",
+                "--ServerApp.port_retries=0",
+                f"--IdentityProvider.token={self.token}",
+                f"--LabApp.user_settings_dir={dirs['settings']}",
+                f"--LabApp.workspaces_dir={dirs['workspaces']}",
+                "--LabApp.expose_app_in_browser=True",
+                "--LabApp.extension_manager=readonly",  # no PyPI queries from the test
+                "--ServerApp.terminals_enabled=False",
+            ],
+        )
         if self.log_path is None:
             self.log_path = self.home / "server.log"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "wb")  # closed in stop()
         # Its own session: a Ctrl-C in the test run does not hit it, and stop() can find it.
-        self.proc = subprocess.Popen(cmd, cwd=self.root, env=env, stdout=self._log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(
+            cmd,
+            cwd=self.root,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self._wait_until_up()
         return self
 
@@ -112,7 +131,9 @@ class LabServer:
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"JupyterLab exited with code {self.proc.returncode}:\n{self.log_tail()}")
+                raise RuntimeError(
+                    f"JupyterLab exited with code {self.proc.returncode}:\n{self.log_tail()}"
+                )
             try:
                 with urllib.request.urlopen(self.url("api/status"), timeout=2) as r:
                     if r.status == 200:
@@ -120,14 +141,19 @@ class LabServer:
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 pass
             time.sleep(0.25)
-        raise RuntimeError(f"JupyterLab did not answer within {self.start_timeout:.0f} s:\n{self.log_tail()}")
+        raise RuntimeError(
+            f"JupyterLab did not answer within {self.start_timeout:.0f} s:\n{self.log_tail()}"
+        )
 
     def stop(self) -> list[int]:
         """Stop the server and everything under it; return the pids that had to be killed."""
         killed: list[int] = []
         if self.proc is not None:
             try:
-                family = [psutil.Process(self.proc.pid), *psutil.Process(self.proc.pid).children(recursive=True)]
+                family = [
+                    psutil.Process(self.proc.pid),
+                    *psutil.Process(self.proc.pid).children(recursive=True),
+                ]
             except psutil.NoSuchProcess:
                 family = []
             if self.proc.poll() is None:

@@ -20,7 +20,11 @@ import pytest
 
 from helpers.suite import catalog
 
-CATALOG = Path(os.environ.get("FTG_CATALOG", Path(__file__).resolve().parents[1] / "notebooks" / "catalog.toml"))
+CATALOG = Path(
+    os.environ.get(
+        "FTG_CATALOG", Path(__file__).resolve().parents[1] / "notebooks" / "catalog.toml"
+    )
+)
 _durations: dict[str, float] = defaultdict(float)
 _load: dict[str, float] = defaultdict(float)  # the highest 1-minute load average seen per notebook
 
@@ -55,9 +59,14 @@ class BudgetItem(pytest.Item):
         took, budget = _durations[self.nb], self.entry["budget_seconds"]
         allowed = allowed_seconds(budget, _load[self.nb], _cores())
         if took > allowed:
-            stretched = (f" ({allowed:.0f} s allowed: load average {_load[self.nb]:.1f} on {_cores()} cores)"
-                         if allowed > budget else "")
-            raise AssertionError(f"{self.nb} took {took:.0f} s, over its smoke budget of {budget} s{stretched}")
+            stretched = (
+                f" ({allowed:.0f} s allowed: load average {_load[self.nb]:.1f} on {_cores()} cores)"
+                if allowed > budget
+                else ""
+            )
+            raise AssertionError(
+                f"{self.nb} took {took:.0f} s, over its smoke budget of {budget} s{stretched}"
+            )
 
     def reportinfo(self):
         return self.path, None, f"{self.nb}::budget"
@@ -70,7 +79,9 @@ def pytest_collection_modifyitems(session, config, items) -> None:
         parent = item.parent if item is not None and str(item.path).endswith(".ipynb") else None
         if last_parent is not None and parent is not last_parent:
             nb = Path(last_parent.path).name
-            out.append(BudgetItem.from_parent(last_parent, name="budget", entry=entries.get(nb), nb=nb))
+            out.append(
+                BudgetItem.from_parent(last_parent, name="budget", entry=entries.get(nb), nb=nb)
+            )
         if item is not None:
             if parent is not None:
                 entry = entries.get(Path(item.path).name) or {}

@@ -37,15 +37,24 @@ def sections(nb: nbformat.NotebookNode) -> tuple[list[int], list[Section]]:
     for i, cell in enumerate(nb.cells):
         if cell.cell_type == "markdown":
             m = HEADING.search(cell.source)
-            if m and (len(m.group(1)) == 2 or "explore" in m.group(2).lower()) \
-                    and m.group(2).strip().lower() != "parameters":
+            if (
+                m
+                and (len(m.group(1)) == 2 or "explore" in m.group(2).lower())
+                and m.group(2).strip().lower() != "parameters"
+            ):
                 title = m.group(2).strip()
                 label = LABEL.match(title)
-                out.append(Section(title, label.group(1) if label else None, "explore" in title.lower()))
+                out.append(
+                    Section(title, label.group(1) if label else None, "explore" in title.lower())
+                )
             if out:
                 first = RUN_FIRST.search(cell.source)
                 if first:
-                    text = first.group(1).split("(")[0] if "above" in first.group(1) else first.group(1)
+                    text = (
+                        first.group(1).split("(")[0]
+                        if "above" in first.group(1)
+                        else first.group(1)
+                    )
                     out[-1].run_first = ["above"] if "above" in text else _labels(text)
         elif cell.cell_type == "code":
             (out[-1].code if out else setup).append(i)
@@ -62,12 +71,14 @@ def _labels(text: str) -> list[str]:
 def prerequisites(secs: list[Section], explore: Section) -> list[int]:
     """Code cells of the sections an Explore section says to run first, in notebook order."""
     if explore.run_first == ["above"]:
-        return [i for s in secs[:secs.index(explore)] for i in s.code]
+        return [i for s in secs[: secs.index(explore)] for i in s.code]
     by_label = {s.label: s for s in secs if s.label}
     missing = [lab for lab in explore.run_first if lab not in by_label]
     if missing:
-        raise ValueError(f"'{explore.title}' says to run section(s) {missing} first, "
-                         f"but the notebook has no such section (labels: {sorted(by_label)})")
+        raise ValueError(
+            f"'{explore.title}' says to run section(s) {missing} first, "
+            f"but the notebook has no such section (labels: {sorted(by_label)})"
+        )
     return sorted(i for lab in explore.run_first for i in by_label[lab].code)
 
 
@@ -82,7 +93,11 @@ def imported_names(source: str) -> set[str]:
 
 
 def used_names(source: str) -> set[str]:
-    return {n.id for n in ast.walk(_parse(source)) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    return {
+        n.id
+        for n in ast.walk(_parse(source))
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+    }
 
 
 def _parse(source: str) -> ast.AST:
@@ -103,13 +118,20 @@ def explore_callbacks(source: str) -> dict[str, set[str]]:
     reads: the values it computes with whenever a control moves, long after the cell ran."""
     tree = _parse(source)
     defined = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
-    handed = {call.args[0].id for call in ast.walk(tree)
-              if isinstance(call, ast.Call) and call.args and isinstance(call.args[0], ast.Name)
-              and (getattr(call.func, "id", None) or getattr(call.func, "attr", None)) == "interact"}
+    handed = {
+        call.args[0].id
+        for call in ast.walk(tree)
+        if isinstance(call, ast.Call)
+        and call.args
+        and isinstance(call.args[0], ast.Name)
+        and (getattr(call.func, "id", None) or getattr(call.func, "attr", None)) == "interact"
+    }
     reads = {}
     for name in sorted(handed & defined.keys()):
         fn = defined[name]
-        body = ast.Module(body=fn.body, type_ignores=[])  # defaults were evaluated when it was defined
+        body = ast.Module(
+            body=fn.body, type_ignores=[]
+        )  # defaults were evaluated when it was defined
         params = {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)}
         nodes = [n for n in ast.walk(body) if isinstance(n, ast.Name)]
         local = params | {n.id for n in nodes if isinstance(n.ctx, ast.Store)}
@@ -121,8 +143,16 @@ def bound_names(source: str) -> set[str]:
     """The global names a cell rebinds to a new value: assignments, loops and definitions (an
     import binds the same module again)."""
     names: set[str] = set()
-    scopes = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef,
-              ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+    scopes = (
+        ast.FunctionDef,
+        ast.AsyncFunctionDef,
+        ast.Lambda,
+        ast.ClassDef,
+        ast.ListComp,
+        ast.SetComp,
+        ast.DictComp,
+        ast.GeneratorExp,
+    )
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):

@@ -20,8 +20,13 @@ p.add_argument("--vanish", type=int, default=-1)
 p.add_argument("--fail", type=int, default=-1)
 a = p.parse_args()
 rank = int(os.environ["RANK"])
-dist.init_process_group("gloo", init_method=os.environ["INIT_METHOD"], rank=rank,
-                        world_size=int(os.environ["WORLD_SIZE"]), timeout=timedelta(seconds=120))
+dist.init_process_group(
+    "gloo",
+    init_method=os.environ["INIT_METHOD"],
+    rank=rank,
+    world_size=int(os.environ["WORLD_SIZE"]),
+    timeout=timedelta(seconds=120),
+)
 dist.barrier()  # every rank connected: the sockets a real run uses are open
 if rank == a.vanish:
     os._exit(7)

@@ -10,15 +10,45 @@ import pytest
 from benchmarks import capstone as bench
 
 ROWS = [  # what notebook 18 records in rec.data["waterfall"]
-    {"step": "reference (d2l)", "kept": True, "s / epoch": 4.0, "spread s": 0.1, "samples/s": 1024.0,
-     "x reference": 1.0, "device busy %": 50.0, "note": "the book's loop", "cuda graphs used": None,
-     "% of peak": None, "peak precision": "tf32"},
-    {"step": "uint8 in memory", "kept": True, "s / epoch": 2.0, "spread s": 0.1, "samples/s": 2048.0,
-     "x reference": 2.0, "device busy %": 90.0, "note": "no workers", "cuda graphs used": None,
-     "% of peak": None, "peak precision": "tf32"},
-    {"step": "torch.compile", "kept": False, "s / epoch": None, "spread s": None, "samples/s": None,
-     "x reference": None, "device busy %": None, "note": "skipped in this profile", "cuda graphs used": None,
-     "% of peak": None, "peak precision": "tf32"},
+    {
+        "step": "reference (d2l)",
+        "kept": True,
+        "s / epoch": 4.0,
+        "spread s": 0.1,
+        "samples/s": 1024.0,
+        "x reference": 1.0,
+        "device busy %": 50.0,
+        "note": "the book's loop",
+        "cuda graphs used": None,
+        "% of peak": None,
+        "peak precision": "tf32",
+    },
+    {
+        "step": "uint8 in memory",
+        "kept": True,
+        "s / epoch": 2.0,
+        "spread s": 0.1,
+        "samples/s": 2048.0,
+        "x reference": 2.0,
+        "device busy %": 90.0,
+        "note": "no workers",
+        "cuda graphs used": None,
+        "% of peak": None,
+        "peak precision": "tf32",
+    },
+    {
+        "step": "torch.compile",
+        "kept": False,
+        "s / epoch": None,
+        "spread s": None,
+        "samples/s": None,
+        "x reference": None,
+        "device busy %": None,
+        "note": "skipped in this profile",
+        "cuda graphs used": None,
+        "% of peak": None,
+        "peak precision": "tf32",
+    },
 ]
 
 
@@ -26,12 +56,20 @@ def _fake_execute(status="ok", error=""):
     def execute(nb_path, out_dir, timeout):
         nb = nbformat.read(nb_path, as_version=4)
         execute.sources = [c.source for c in nb.cells]
-        recorded = {"waterfall": ROWS, "gflop_per_image": 0.012,
-                    "data_sources": {"fashion-mnist": {"synthetic": True, "detail": "4096 train / 2000 test"}},
-                    "measurements": [{"name": "reference test accuracy", "value": 0.80},
-                                     {"name": "fast recipe test accuracy", "value": 0.81}]}
+        recorded = {
+            "waterfall": ROWS,
+            "gflop_per_image": 0.012,
+            "data_sources": {
+                "fashion-mnist": {"synthetic": True, "detail": "4096 train / 2000 test"}
+            },
+            "measurements": [
+                {"name": "reference test accuracy", "value": 0.80},
+                {"name": "fast recipe test accuracy", "value": 0.81},
+            ],
+        }
         (out_dir / "18_capstone.json").write_text(json.dumps(recorded))
         return {"status": status, "seconds": 1.0, "error": error}
+
     return execute
 
 
@@ -42,7 +80,9 @@ def test_benchmark_writes_the_notebooks_table(tmp_path, monkeypatch):
     assert bench.main(["--profile", "smoke", "--set", "WIDTH=4", "--accuracy-epochs", "2"]) == 0
     md = (tmp_path / "results" / "bench_capstone.md").read_text()
     assert "| reference (d2l) | yes | 4.000 |" in md and "| uint8 in memory | yes | 2.000 |" in md
-    assert "0.012 GFLOP per training image" in md and "reference 0.8000, fast 0.8100 (+1.00 pp)" in md
+    assert (
+        "0.012 GFLOP per training image" in md and "reference 0.8000, fast 0.8100 (+1.00 pp)" in md
+    )
     data = json.loads((tmp_path / "results" / "bench_capstone.json").read_text())
     assert [r["ratio"] for r in data["bench_table"]] == [1.0, 2.0, None]
     assert data["bench_table"][2]["note"] == "skipped in this profile"
@@ -54,19 +94,31 @@ def test_benchmark_writes_the_notebooks_table(tmp_path, monkeypatch):
 def test_a_failing_notebook_fails_the_benchmark(tmp_path, monkeypatch, capsys):
     """The notebook asserts the accuracy: when it fails, so does `make bench` (exit status 1)."""
     monkeypatch.setenv("FTG_BUILD_DIR", str(tmp_path))
-    monkeypatch.setattr(bench.runner, "execute", _fake_execute(
-        "failed", "AssertionError: the fast recipe lost accuracy: -2.00 pp (more than one point)"))
+    monkeypatch.setattr(
+        bench.runner,
+        "execute",
+        _fake_execute(
+            "failed",
+            "AssertionError: the fast recipe lost accuracy: -2.00 pp (more than one point)",
+        ),
+    )
     assert bench.main([]) == 1
-    assert "FAIL: notebook 18 failed: AssertionError: the fast recipe lost accuracy" in capsys.readouterr().out
+    assert (
+        "FAIL: notebook 18 failed: AssertionError: the fast recipe lost accuracy"
+        in capsys.readouterr().out
+    )
     assert not (tmp_path / "results" / "bench_capstone.md").exists()
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["--set", "width=4"], "--set takes NAME=VALUE"),
-    (["--set", "WIDTH"], "--set takes NAME=VALUE"),
-    (["--accuracy-epochs", "0"], "--accuracy-epochs must be >= 1"),
-    (["--profile", "huge"], "invalid choice"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--set", "width=4"], "--set takes NAME=VALUE"),
+        (["--set", "WIDTH"], "--set takes NAME=VALUE"),
+        (["--accuracy-epochs", "0"], "--accuracy-epochs must be >= 1"),
+        (["--profile", "huge"], "invalid choice"),
+    ],
+)
 def test_benchmark_rejects_bad_arguments(capsys, argv, message):
     with pytest.raises(SystemExit):
         bench.parse(argv)

@@ -1,4 +1,5 @@
-"""End to end in a real browser: every notebook, run like a learner in JupyterLab + headless Chromium.
+"""End to end in a real browser: every notebook, run like a learner in JupyterLab + headless
+Chromium.
 
 One JupyterLab server, started as `make lab` starts it (`helpers.suite.lab`: same command line, the
 test's own environment passed on unchanged, token auth, 127.0.0.1 only), serves copies of all
@@ -37,25 +38,41 @@ CHROMIUM = Path(os.environ.get("FTG_CHROMIUM", "/usr/bin/chromium"))
 # Read at import, before conftest points FTG_BUILD_DIR at a per-test temporary folder:
 # the screenshots are for people, so they go to the real build folder.
 SHOTS = paths.build_dir() / "browser"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-RUN_TIMEOUT_MS = 780_000  # one notebook, smoke profile: the slowest takes about 40 s on 2 idle cores
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+RUN_TIMEOUT_MS = (
+    780_000  # one notebook, smoke profile: the slowest takes about 40 s on 2 idle cores
+)
 REDRAW_TIMEOUT_MS = 120_000
 
 if not CHROMIUM.exists():
-    pytest.skip(f"browser test skipped: Chromium not found at {CHROMIUM}. Install Debian's "
-                "`chromium` package (`sudo apt-get install -y chromium`; .ci/run does this) "
-                "or point FTG_CHROMIUM at a Chromium binary.", allow_module_level=True)
+    pytest.skip(
+        f"browser test skipped: Chromium not found at {CHROMIUM}. Install Debian's "
+        "`chromium` package (`sudo apt-get install -y chromium`; .ci/run does this) "
+        "or point FTG_CHROMIUM at a Chromium binary.",
+        allow_module_level=True,
+    )
 sync_api = pytest.importorskip(
     "playwright.sync_api",
     reason="browser test skipped: the `playwright` Python package is missing "
-           "(`pip install -r requirements-dev.txt`)")
+    "(`pip install -r requirements-dev.txt`)",
+)
 
 # JavaScript run in the page (JupyterLab exposes its app object as `window.jupyterapp` with
 # --LabApp.expose_app_in_browser). The checks read the notebook *model*, not only the DOM.
-JS_PANEL = "(() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget; " \
-           "return w && w.sessionContext && w.content && w.content.model && w.content.model.cells " \
-           "? w : null; })()"
+JS_PANEL = (
+    "(() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget; "
+    "return w && w.sessionContext && w.content && w.content.model && w.content.model.cells "
+    "? w : null; })()"
+)
 JS_OPENED = f"""(name) => {{
   const w = {JS_PANEL};
   const k = w && w.context && w.context.path.endsWith(name) && w.sessionContext.session
@@ -73,7 +90,8 @@ JS_ALL_RAN = f"""() => {{
   const cells = Array.from(w.content.model.cells).filter(c => c.type === 'code');
   const k = w.sessionContext.session && w.sessionContext.session.kernel;
   // Run All stops at a cell's error: then the cells below never run, and waiting is pointless
-  const failed = cells.some(c => Array.from({{length: c.outputs.length}}, (_, j) => c.outputs.get(j).toJSON())
+  const failed = cells.some(c => Array.from({{length: c.outputs.length}},
+                                            (_, j) => c.outputs.get(j).toJSON())
                                        .some(o => o.output_type === 'error'));
   return cells.length > 0 && (failed || cells.every(c => c.executionCount !== null))
          && !!k && k.status === 'idle';
@@ -90,7 +108,9 @@ JS_ERRORS = f"""() => {{
   }});
   return out;
 }}"""
-JS_CODE_CELLS = f"() => Array.from({JS_PANEL}.content.model.cells).filter(c => c.type === 'code').length"
+JS_CODE_CELLS = (
+    f"() => Array.from({JS_PANEL}.content.model.cells).filter(c => c.type === 'code').length"
+)
 # A plot that really rendered: an <img> in an output area of the open notebook, loaded, with a size.
 JS_RENDERED_IMAGES = f"""(sel) => Array.from({JS_PANEL}.node.querySelectorAll(sel))
   .filter(img => img.complete && img.naturalWidth > 50).map(img => img.src)"""
@@ -105,7 +125,8 @@ JS_CLOSE = f"""async () => {{
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    """JupyterLab on copies of the notebooks (the sources are never written); stopped whatever happens."""
+    """JupyterLab on copies of the notebooks (the sources are never written); stopped whatever
+    happens."""
     tmp = tmp_path_factory.mktemp("browser")
     work = tmp / "lab"
     work.mkdir()
@@ -136,8 +157,9 @@ def lab(tmp_path_factory):
 def page(lab):
     """One headless Chromium page for all notebooks; the browser is closed whatever happens."""
     with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS,
-                                     headless=True)
+        browser = pw.chromium.launch(
+            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
+        )
         try:
             pg = browser.new_page(viewport={"width": 1280, "height": 900})
             pg.set_default_timeout(60_000)
@@ -145,8 +167,10 @@ def page(lab):
             pg.wait_for_function("() => !!(window.jupyterapp && window.jupyterapp.shell)")
             pg.wait_for_selector(".jp-LabShell")
             # More room for the notebook in the screenshots: fold the file browser away.
-            pg.evaluate("() => window.jupyterapp.restored.then(() => { "
-                        "window.jupyterapp.commands.execute('application:toggle-left-area'); })")
+            pg.evaluate(
+                "() => window.jupyterapp.restored.then(() => { "
+                "window.jupyterapp.commands.execute('application:toggle-left-area'); })"
+            )
             yield pg
         finally:
             browser.close()
@@ -160,15 +184,23 @@ def _shot(pg, stem: str, name: str) -> Path:
 
 def _explore_sections(nb: Path) -> list[bool]:
     """One entry per interact() the notebook's code makes, in order: does it draw a plot?"""
-    cells = ["".join(c["source"]) for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "code"]
+    cells = [
+        "".join(c["source"])
+        for c in json.loads(nb.read_text())["cells"]
+        if c["cell_type"] == "code"
+    ]
     return [("plt.show()" in src) for src in cells if "interact(" in src]
 
 
 def _move_a_control(interact) -> str:
-    """Change the first dropdown with a choice (else nudge the first slider); return what was changed."""
+    """Change the first dropdown with a choice (else nudge the first slider); return what was
+    changed."""
     # a dropdown may offer one option on this device (notebook 11 offers only the switches it has)
-    choices = [d for d in interact.locator(".widget-dropdown select").all()
-               if d.locator("option").count() > 1]
+    choices = [
+        d
+        for d in interact.locator(".widget-dropdown select").all()
+        if d.locator("option").count() > 1
+    ]
     if choices:
         dropdown = choices[0]
         options = dropdown.locator("option").all_inner_texts()
@@ -190,15 +222,19 @@ def _run_all_cells(nb, lab, page) -> None:
         page.wait_for_function(JS_ALL_RAN, timeout=RUN_TIMEOUT_MS, polling=500)
     except sync_api.TimeoutError:
         _shot(page, nb.stem, "timeout")
-        pytest.fail(f"{nb.name} did not finish within {RUN_TIMEOUT_MS / 1000:.0f} s; "
-                    f"errors so far: {page.evaluate(JS_ERRORS)}\nserver log:\n{lab.log_tail()}")
-    # Error outputs in the notebook model (not text: notebook 16 prints a rank's traceback on purpose).
+        pytest.fail(
+            f"{nb.name} did not finish within {RUN_TIMEOUT_MS / 1000:.0f} s; "
+            f"errors so far: {page.evaluate(JS_ERRORS)}\nserver log:\n{lab.log_tail()}"
+        )
+    # Error outputs in the notebook model (not text: notebook 16 prints a rank's traceback on
+    # purpose).
     errors = page.evaluate(JS_ERRORS)
     if errors:
         _shot(page, nb.stem, "error")
     assert not errors, f"{nb.name}: cells ended in an error: {errors}"
-    assert "official Jupyter news" not in page.inner_text("body"), \
+    assert "official Jupyter news" not in page.inner_text("body"), (
         "JupyterLab greets the learner with the news notification"
+    )
 
 
 def _figures_on_screen(nb, lab, page) -> tuple[int, int]:
@@ -209,16 +245,19 @@ def _figures_on_screen(nb, lab, page) -> tuple[int, int]:
     if images:
         first.scroll_into_view_if_needed()
     _shot(page, nb.stem, "figure")
-    assert len(images) >= len(recorded), \
-        f"{nb.name}: {len(images)} images on screen, but the notebook records {len(recorded)} figures"
+    assert len(images) >= len(recorded), (
+        f"{nb.name}: {len(images)} images on screen, "
+        f"but the notebook records {len(recorded)} figures"
+    )
     return len(images), len(recorded)
 
 
 def _redraw(nb, page, interact, i: int) -> str:
     """Move one control of explore section i and wait for its plot to change: what was moved."""
     out = interact.locator(".widget-output img")
-    before = out.evaluate_all("imgs => imgs.filter(i => i.complete && i.naturalWidth > 50)"
-                              ".map(i => i.src)")
+    before = out.evaluate_all(
+        "imgs => imgs.filter(i => i.complete && i.naturalWidth > 50).map(i => i.src)"
+    )
     assert before, f"{nb.name}: explore section {i} has no rendered plot"
     moved = _move_a_control(interact)
     handle = interact.element_handle()
@@ -227,16 +266,21 @@ def _redraw(nb, page, interact, i: int) -> str:
             """([el, old]) => { const now = Array.from(el.querySelectorAll('.widget-output img'))
                  .filter(i => i.complete && i.naturalWidth > 50).map(i => i.src);
                return now.length > 0 && now.some(s => !old.includes(s)); }""",
-            arg=[handle, before], timeout=REDRAW_TIMEOUT_MS, polling=500)
+            arg=[handle, before],
+            timeout=REDRAW_TIMEOUT_MS,
+            polling=500,
+        )
     except sync_api.TimeoutError:
         _shot(page, nb.stem, f"explore{i}_timeout")
-        pytest.fail(f"{nb.name}: explore section {i}: {moved} did not redraw the plot "
-                    f"within {REDRAW_TIMEOUT_MS / 1000:.0f} s")
+        pytest.fail(
+            f"{nb.name}: explore section {i}: {moved} did not redraw the plot "
+            f"within {REDRAW_TIMEOUT_MS / 1000:.0f} s"
+        )
     page.wait_for_function(JS_KERNEL_IDLE, timeout=REDRAW_TIMEOUT_MS)
     # an error inside the widget's output shows IPython's traceback (not in the cell's model)
-    assert not interact.locator(".jp-OutputArea-output",
-                                has_text="Traceback (most recent call last)").count(), \
-        f"{nb.name}: explore section {i}: {moved} ended in an error"
+    assert not interact.locator(
+        ".jp-OutputArea-output", has_text="Traceback (most recent call last)"
+    ).count(), f"{nb.name}: explore section {i}: {moved} ended in an error"
     return moved
 
 
@@ -244,15 +288,20 @@ def _explore_sections_redraw(nb, page) -> list[str]:
     """Every explore section (interact) renders its controls and a plot; moving one redraws it."""
     interacts = page.locator(".jp-NotebookPanel:visible .widget-interact")
     plots = _explore_sections(nb)
-    assert interacts.count() == len(plots), \
+    assert interacts.count() == len(plots), (
         f"{nb.name}: {interacts.count()} explore sections rendered controls, of {len(plots)}"
+    )
     redrawn = []
     for i in range(interacts.count()):
         interact = interacts.nth(i)
         interact.scroll_into_view_if_needed()
-        controls = interact.locator(".widget-dropdown select, .widget-slider, .widget-checkbox input")
+        controls = interact.locator(
+            ".widget-dropdown select, .widget-slider, .widget-checkbox input"
+        )
         assert controls.count() >= 1, f"{nb.name}: explore section {i} shows no controls"
-        if plots[i]:  # else a calculator without a plot (the capstone's cost table): controls suffice
+        if plots[
+            i
+        ]:  # else a calculator without a plot (the capstone's cost table): controls suffice
             redrawn.append(_redraw(nb, page, interact, i))
     assert len(redrawn) == sum(plots), f"{nb.name}: redrawn {redrawn}, plots expected {plots}"
     assert not page.evaluate(JS_ERRORS), f"{nb.name}: moving a control produced an error"
@@ -264,7 +313,9 @@ def _explore_sections_redraw(nb, page) -> list[str]:
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=[p.stem[:2] for p in NOTEBOOKS])
 def test_notebook_runs_shows_its_plots_and_widgets_in_chromium(nb, lab, page):
     t0 = time.perf_counter()
-    page.evaluate("(path) => { window.jupyterapp.commands.execute('docmanager:open', {path}); }", nb.name)
+    page.evaluate(
+        "(path) => { window.jupyterapp.commands.execute('docmanager:open', {path}); }", nb.name
+    )
     try:
         page.wait_for_function(JS_OPENED, arg=nb.name)
         n_code = page.evaluate(JS_CODE_CELLS)
@@ -273,7 +324,9 @@ def test_notebook_runs_shows_its_plots_and_widgets_in_chromium(nb, lab, page):
         ran_s = time.perf_counter() - t0
         images, recorded = _figures_on_screen(nb, lab, page)
         redrawn = _explore_sections_redraw(nb, page)
-        print(f"\n{nb.stem}: ran in {ran_s:.0f} s, whole check {time.perf_counter() - t0:.0f} s; "
-              f"{images} images for {recorded} recorded figures; redrawn: {redrawn}")
+        print(
+            f"\n{nb.stem}: ran in {ran_s:.0f} s, whole check {time.perf_counter() - t0:.0f} s; "
+            f"{images} images for {recorded} recorded figures; redrawn: {redrawn}"
+        )
     finally:
         page.evaluate(JS_CLOSE)

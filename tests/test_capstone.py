@@ -26,14 +26,18 @@ def test_run_cost_arithmetic():
     assert c["hours"] == pytest.approx(0.1)
     assert c["cost"] == pytest.approx(0.2)
     assert capstone.run_cost(1000.0, price_per_hour=2.0, n_devices=4)["cost"] == pytest.approx(
-        4 * capstone.run_cost(1000.0, price_per_hour=2.0)["cost"])
+        4 * capstone.run_cost(1000.0, price_per_hour=2.0)["cost"]
+    )
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(samples_per_s=0, price_per_hour=1.0), "samples_per_s"),
-    (dict(samples_per_s=10, price_per_hour=-1.0), "price_per_hour"),
-    (dict(samples_per_s=10, price_per_hour=1.0, epochs=0), "epochs"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(samples_per_s=0, price_per_hour=1.0), "samples_per_s"),
+        (dict(samples_per_s=10, price_per_hour=-1.0), "price_per_hour"),
+        (dict(samples_per_s=10, price_per_hour=1.0, epochs=0), "epochs"),
+    ],
+)
 def test_run_cost_bad_input(kwargs, match):
     with pytest.raises(ValueError, match=match):
         capstone.run_cost(**kwargs)
@@ -41,10 +45,17 @@ def test_run_cost_bad_input(kwargs, match):
 
 def test_fast_recipe_is_the_book_loop_when_nothing_wins():
     ref = capstone.Recipe("reference")
-    wf = [(ref, capstone.StepResult("ref", 1.0, 2.0), True),
-          (ref.but("uint8 in memory", data="memory"), capstone.StepResult("x", 2.0, 1.0), False)]
+    wf = [
+        (ref, capstone.StepResult("ref", 1.0, 2.0), True),
+        (ref.but("uint8 in memory", data="memory"), capstone.StepResult("x", 2.0, 1.0), False),
+    ]
     fast = capstone.fast_recipe(wf)
-    assert (fast.name, fast.data, fast.init, fast.lr_schedule) == ("fast recipe", "loader", "d2l", "constant")
+    assert (fast.name, fast.data, fast.init, fast.lr_schedule) == (
+        "fast recipe",
+        "loader",
+        "d2l",
+        "constant",
+    )
     wf[1] = (wf[1][0], capstone.StepResult("mem", 0.5, 4.0), True)
     fast = capstone.fast_recipe(wf)  # the safeguards ride on whatever won
     assert (fast.data, fast.init, fast.lr_schedule) == ("memory", "default", "linear-decay")
@@ -54,23 +65,29 @@ def test_build_net_inits_and_is_reproducible():
     d2l, default = capstone.build_net(8, seed=1), capstone.build_net(8, seed=1, init="default")
     conv_d2l = next(m for m in d2l.modules() if isinstance(m, torch.nn.Conv2d)).weight
     conv_def = next(m for m in default.modules() if isinstance(m, torch.nn.Conv2d)).weight
-    assert abs(conv_d2l.std().item() - 0.01) < 0.003   # the book's N(0, 0.01)
-    assert conv_def.std().item() > 0.05                 # Kaiming-uniform: much larger
+    assert abs(conv_d2l.std().item() - 0.01) < 0.003  # the book's N(0, 0.01)
+    assert conv_def.std().item() > 0.05  # Kaiming-uniform: much larger
     again = capstone.build_net(8, seed=1)
     assert all(torch.equal(p, q) for p, q in zip(d2l.parameters(), again.parameters(), strict=True))
     with pytest.raises(ValueError, match="build_net: init must be one of 'd2l', 'default'"):
         capstone.build_net(8, init="xavier")
 
 
-@pytest.mark.parametrize("change,match", [
-    (dict(data="disk"), "Recipe: data must be one of 'loader', 'memory', 'device'"),
-    (dict(init="zeros"), "init must be one of"),
-    (dict(lr_schedule="cosine"), "Recipe: lr_schedule must be one of 'constant', 'linear-decay'"),
-    (dict(lr_schedule="linear-decay"), "book's loop"),
-    (dict(precision="fp16"), "Recipe: precision must be one of 'fp32', 'bf16'"),
-    (dict(batch_size=0), "Recipe: batch_size must be an int >= 1, got 0"),
-    (dict(lr=-0.1), "Recipe: lr must be a positive finite number"),
-])
+@pytest.mark.parametrize(
+    "change,match",
+    [
+        (dict(data="disk"), "Recipe: data must be one of 'loader', 'memory', 'device'"),
+        (dict(init="zeros"), "init must be one of"),
+        (
+            dict(lr_schedule="cosine"),
+            "Recipe: lr_schedule must be one of 'constant', 'linear-decay'",
+        ),
+        (dict(lr_schedule="linear-decay"), "book's loop"),
+        (dict(precision="fp16"), "Recipe: precision must be one of 'fp32', 'bf16'"),
+        (dict(batch_size=0), "Recipe: batch_size must be an int >= 1, got 0"),
+        (dict(lr=-0.1), "Recipe: lr must be a positive finite number"),
+    ],
+)
 def test_recipe_rejects_bad_settings(change, match):
     with pytest.raises(ValueError, match=match):
         capstone.Recipe("bad", **change)
@@ -89,27 +106,36 @@ def _result(secs, spread, **extra):
     return capstone.StepResult("x", secs, 1.0 / secs, spread_s=spread, extra=extra)
 
 
-@pytest.mark.parametrize("best,new,spread_best,spread_new,kept", [
-    (1.00, 0.90, 0.01, 0.01, True),    # 10 % faster, spread 1 %: kept
-    (1.00, 0.90, 0.15, 0.01, False),   # gain 0.10 s inside the reference's 0.15 s spread
-    (1.00, 0.90, 0.01, 0.12, False),   # ... or inside the new timing's spread
-    (1.00, 0.99, 0.00, 0.00, False),   # 1 % faster: inside the 2 % tolerance
-    (1.00, 1.10, 0.00, 0.00, False),   # slower
-])
-def test_keeps_needs_a_gain_beyond_tolerance_and_measured_spread(best, new, spread_best, spread_new, kept):
+@pytest.mark.parametrize(
+    "best,new,spread_best,spread_new,kept",
+    [
+        (1.00, 0.90, 0.01, 0.01, True),  # 10 % faster, spread 1 %: kept
+        (1.00, 0.90, 0.15, 0.01, False),  # gain 0.10 s inside the reference's 0.15 s spread
+        (1.00, 0.90, 0.01, 0.12, False),  # ... or inside the new timing's spread
+        (1.00, 0.99, 0.00, 0.00, False),  # 1 % faster: inside the 2 % tolerance
+        (1.00, 1.10, 0.00, 0.00, False),  # slower
+    ],
+)
+def test_keeps_needs_a_gain_beyond_tolerance_and_measured_spread(
+    best, new, spread_best, spread_new, kept
+):
     assert capstone.keeps(_result(new, spread_new), _result(best, spread_best), 0.02) is kept
 
 
 def test_a_cuda_graphs_bar_whose_graphs_did_not_run_is_not_kept():
     skipped = _result(0.5, 0.0, cuda_graphs_used=False)
     assert not capstone.keeps(skipped, _result(1.0, 0.0))
-    assert "CUDA graphs did not run" in skipped.note and "TORCH_LOGS=perf_hints,cudagraphs" in skipped.note
+    assert (
+        "CUDA graphs did not run" in skipped.note
+        and "TORCH_LOGS=perf_hints,cudagraphs" in skipped.note
+    )
     assert capstone.keeps(_result(0.5, 0.0, cuda_graphs_used=True), _result(1.0, 0.0))
 
 
 def fake_train(seconds: list[float], calls: list | None = None):
     """A training function as notebook 18 writes them, with made-up epoch times; it calls
     `on_step` after every step (so a profiler window sees real steps)."""
+
     def train(net, recipe, num_epochs, max_batches=None, on_step=None):
         if calls is not None:
             calls.append((recipe.name, num_epochs, max_batches))
@@ -118,6 +144,7 @@ def fake_train(seconds: list[float], calls: list | None = None):
                 torch.ones(64, 64) @ torch.ones(64, 64)
                 on_step(i)
         return {"seconds": seconds[:num_epochs], "samples": [32] * num_epochs}
+
     return train
 
 
@@ -125,8 +152,15 @@ def test_measure_takes_the_median_of_the_timed_epochs_after_the_warm_up():
     # the warm-up epoch (100 s, compiling) must not count; the median of 1, 3, 2 s over 32 of
     # 96 images each is 2 s per 32 images, i.e. 6 s for the whole 96-image epoch
     calls = []
-    r = capstone.measure(capstone.Recipe("m", data="memory", batch_size=32), fake_train([100.0, 1.0, 3.0, 2.0], calls),
-                         n_train=96, device="cpu", width=2, epochs=3, busy_steps=0)
+    r = capstone.measure(
+        capstone.Recipe("m", data="memory", batch_size=32),
+        fake_train([100.0, 1.0, 3.0, 2.0], calls),
+        n_train=96,
+        device="cpu",
+        width=2,
+        epochs=3,
+        busy_steps=0,
+    )
     assert calls == [("m", 4, None)]
     assert r.seconds_per_epoch == pytest.approx(6.0) and r.samples_per_s == pytest.approx(16.0)
     assert r.spread_s == pytest.approx(6.0)  # (3 - 1) s per 32 images, scaled to 96
@@ -135,19 +169,41 @@ def test_measure_takes_the_median_of_the_timed_epochs_after_the_warm_up():
 
 def test_measure_profiles_steady_steps_past_the_loader_prefetch():
     calls = []
-    r = capstone.measure(capstone.Recipe("m", data="memory", batch_size=8), fake_train([1.0, 1.0], calls),
-                         n_train=96, device="cpu", width=2, epochs=1, busy_steps=5)
+    r = capstone.measure(
+        capstone.Recipe("m", data="memory", batch_size=8),
+        fake_train([1.0, 1.0], calls),
+        n_train=96,
+        device="cpu",
+        width=2,
+        epochs=1,
+        busy_steps=5,
+    )
     # 12 batches per epoch: 3 unprofiled warm-up steps, then the 5 profiled ones
     assert calls[1] == ("m", 1, 8) and 0 < r.busy_fraction <= 1
-    ref = capstone.measure(capstone.Recipe("ref", batch_size=8), fake_train([1.0, 1.0], calls),
-                           n_train=96, device="cpu", width=2, epochs=1, busy_steps=5)
-    assert calls[3] == ("ref", 1, 12) and 0 < ref.busy_fraction <= 1  # 4 workers x 2 + 2 warm-up steps
+    ref = capstone.measure(
+        capstone.Recipe("ref", batch_size=8),
+        fake_train([1.0, 1.0], calls),
+        n_train=96,
+        device="cpu",
+        width=2,
+        epochs=1,
+        busy_steps=5,
+    )
+    assert (
+        calls[3] == ("ref", 1, 12) and 0 < ref.busy_fraction <= 1
+    )  # 4 workers x 2 + 2 warm-up steps
 
 
 def test_measure_refuses_too_few_epochs_where_it_compiles():
     with pytest.raises(ValueError, match="compiles; time at least 3 epochs"):
-        capstone.measure(capstone.Recipe("c", data="device", compile={}), fake_train([1.0] * 3),
-                         n_train=96, device="cpu", epochs=2, busy_steps=0)
+        capstone.measure(
+            capstone.Recipe("c", data="device", compile={}),
+            fake_train([1.0] * 3),
+            n_train=96,
+            device="cpu",
+            epochs=2,
+            busy_steps=0,
+        )
 
 
 def test_run_waterfall_stacks_kept_changes_and_skips_with_the_reason():
@@ -158,14 +214,30 @@ def test_run_waterfall_stacks_kept_changes_and_skips_with_the_reason():
         seen.append(recipe)
         return {"seconds": [times[recipe.name]] * num_epochs, "samples": [32] * num_epochs}
 
-    changes = [("uint8 in memory", dict(data="memory"), "no workers"),
-               ("larger batch", dict(batch_size=64, lr=0.2), "slower here"),
-               ("torch.compile", dict(compile={}), "fused kernels"),
-               ("bf16 autocast", dict(precision="bf16"), "bf16")]
-    wf = capstone.run_waterfall(capstone.Recipe("ref"), changes, train, skip={"torch.compile": "no time"},
-                                n_train=32, device="cpu", width=2, epochs=1, busy_steps=0)
-    assert [(r.name, k) for r, _, k in wf] == [("ref", True), ("uint8 in memory", True), ("larger batch", False),
-                                               ("torch.compile", False), ("bf16 autocast", True)]
+    changes = [
+        ("uint8 in memory", dict(data="memory"), "no workers"),
+        ("larger batch", dict(batch_size=64, lr=0.2), "slower here"),
+        ("torch.compile", dict(compile={}), "fused kernels"),
+        ("bf16 autocast", dict(precision="bf16"), "bf16"),
+    ]
+    wf = capstone.run_waterfall(
+        capstone.Recipe("ref"),
+        changes,
+        train,
+        skip={"torch.compile": "no time"},
+        n_train=32,
+        device="cpu",
+        width=2,
+        epochs=1,
+        busy_steps=0,
+    )
+    assert [(r.name, k) for r, _, k in wf] == [
+        ("ref", True),
+        ("uint8 in memory", True),
+        ("larger batch", False),
+        ("torch.compile", False),
+        ("bf16 autocast", True),
+    ]
     assert wf[3][1].skipped == "no time" and wf[3][1].seconds_per_epoch is None
     # the dropped larger batch is not under bf16: each change goes on the best recipe kept so far
     assert (seen[-1].data, seen[-1].batch_size, seen[-1].precision) == ("memory", 256, "bf16")

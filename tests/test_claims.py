@@ -21,81 +21,226 @@ from helpers.suite.claims import (
 )
 
 # Each rule's thresholds, pinned: a changed number must be changed here too, on purpose.
-LIMITS = {"L1": {"gain": 1.1, "past": 1.1}, "L2": {"low": 0.5, "high": 2, "growth_mb": 0},
-          "L3": {"copy": 2, "some": 1.1}, "L4": {"gain": 1.2, "read": 0.25}, "L5": {"gain": 1.5, "some": 1.1},
-          "L6": {"epoch": 10, "feed": 10}, "L7": {"drop": 0.01, "spread": 2}, "L8": {"equal": 1e-4, "differs": 1e-3},
-          "L9": {"kept": 10}, "L10": {"ratio": 2}, "L11": {"slower": 1.1},
-          "L12": {"speed": 1.2, "memory": 1.3, "loss": 0.05}, "L13": {"ratio": 0.9}, "L14": {"imbalance": 1.1},
-          "L15": {"less": 0.1}, "L16": {}, "L17": {"handoff": 0.02}, "L18": {"equal": 1e-4, "differs": 1e-6},
-          "L19": {}, "L20": {"ratio": 50, "some": 5}, "L21": {}, "L22": {"margin": 1}, "L23": {"drop": 0.02}}
+LIMITS = {
+    "L1": {"gain": 1.1, "past": 1.1},
+    "L2": {"low": 0.5, "high": 2, "growth_mb": 0},
+    "L3": {"copy": 2, "some": 1.1},
+    "L4": {"gain": 1.2, "read": 0.25},
+    "L5": {"gain": 1.5, "some": 1.1},
+    "L6": {"epoch": 10, "feed": 10},
+    "L7": {"drop": 0.01, "spread": 2},
+    "L8": {"equal": 1e-4, "differs": 1e-3},
+    "L9": {"kept": 10},
+    "L10": {"ratio": 2},
+    "L11": {"slower": 1.1},
+    "L12": {"speed": 1.2, "memory": 1.3, "loss": 0.05},
+    "L13": {"ratio": 0.9},
+    "L14": {"imbalance": 1.1},
+    "L15": {"less": 0.1},
+    "L16": {},
+    "L17": {"handoff": 0.02},
+    "L18": {"equal": 1e-4, "differs": 1e-6},
+    "L19": {},
+    "L20": {"ratio": 50, "some": 5},
+    "L21": {},
+    "L22": {"margin": 1},
+    "L23": {"drop": 0.02},
+}
 
 CORES, LOWER = "holds only when workers <= usable cores", "holds only when read as a lower bound"
 COPY = "holds only when the copy is large enough to be bandwidth-bound"
-READ, PRE = "holds only when reading, not the CPU, is the slow step", "holds only when the preprocessing is a large part of the epoch"
-STEP, BOUND = "holds only when the training step is fast next to the CPU pipeline", "holds only when the model is large enough to be compute-bound"
-LARGE, MANY = "holds only when the activations handed over are large", "holds only when the loop runs over many elements"
+READ, PRE = (
+    "holds only when reading, not the CPU, is the slow step",
+    "holds only when the preprocessing is a large part of the epoch",
+)
+STEP, BOUND = (
+    "holds only when the training step is fast next to the CPU pipeline",
+    "holds only when the model is large enough to be compute-bound",
+)
+LARGE, MANY = (
+    "holds only when the activations handed over are large",
+    "holds only when the loop runs over many elements",
+)
 LR, BN = "holds (learning-rate part)", "mechanism shown (batch-norm part)"
 
-# claim -> [(threshold, measurements made from the probed value x, outcome just below, outcome just above)]
+# claim -> [(threshold, measurements made from the probed value x, outcome just below,
+#            outcome just above)]
 EDGES = {
-    "L1": [("gain", lambda x: {"gain": x, "past_vs_within": None}, NOT_HERE, CORES),
-           ("past", lambda x: {"gain": 2.0, "past_vs_within": x}, CORES, HOLDS)],
-    "L2": [("low", lambda x: {"added_vs_arithmetic": x, "added_growth_mb": 20}, NOT_HERE, HOLDS),
-           ("high", lambda x: {"added_vs_arithmetic": x, "added_growth_mb": 20}, HOLDS, LOWER),
-           ("growth_mb", lambda x: {"added_vs_arithmetic": 6.0, "added_growth_mb": x}, NOT_HERE, LOWER)],
-    "L3": [("copy", lambda x: {"copy_gain": x}, COPY, HOLDS), ("some", lambda x: {"copy_gain": x}, NOT_HERE, COPY)],
-    "L4": [("gain", lambda x: {"in_ram_gain": x, "read_share": 0.6}, NOT_HERE, HOLDS),
-           ("read", lambda x: {"in_ram_gain": 1.0, "read_share": x}, READ, NOT_HERE)],
-    "L5": [("gain", lambda x: {"gain": x}, PRE, HOLDS), ("some", lambda x: {"gain": x}, NOT_HERE, PRE)],
-    "L6": [("epoch", lambda x: {"on_gpu": True, "decodes_on_device": True, "epoch_ratio": x, "feed_ratio": 50},
-            STEP, HOLDS),
-           ("feed", lambda x: {"on_gpu": True, "decodes_on_device": True, "epoch_ratio": 3, "feed_ratio": x},
-            NOT_HERE, STEP)],
-    "L7": [("drop", lambda x: {"synthetic": False, "worst_mean_drop": x, "seed_spread": 0.0}, NOT_HERE, HOLDS),
-           ("spread", lambda x: {"synthetic": False, "worst_mean_drop": 0.05, "seed_spread": 0.05 / x}, NOT_HERE, HOLDS)],
-    "L8": [("equal", lambda x: {"diff_mlp": x, "diff_gn": 1e-7, "diff_bn": 0.05}, SHOWN, NOT_SHOWN),
-           ("equal", lambda x: {"diff_mlp": 1e-7, "diff_gn": x, "diff_bn": 0.05}, SHOWN, NOT_SHOWN),
-           ("differs", lambda x: {"diff_mlp": 1e-7, "diff_gn": 1e-7, "diff_bn": x}, NOT_SHOWN, SHOWN)],
-    "L9": [("kept", lambda x: {"graph_bytes": 1000 * x, "after_backward_bytes": 1000}, NOT_SHOWN, SHOWN)],
+    "L1": [
+        ("gain", lambda x: {"gain": x, "past_vs_within": None}, NOT_HERE, CORES),
+        ("past", lambda x: {"gain": 2.0, "past_vs_within": x}, CORES, HOLDS),
+    ],
+    "L2": [
+        ("low", lambda x: {"added_vs_arithmetic": x, "added_growth_mb": 20}, NOT_HERE, HOLDS),
+        ("high", lambda x: {"added_vs_arithmetic": x, "added_growth_mb": 20}, HOLDS, LOWER),
+        (
+            "growth_mb",
+            lambda x: {"added_vs_arithmetic": 6.0, "added_growth_mb": x},
+            NOT_HERE,
+            LOWER,
+        ),
+    ],
+    "L3": [
+        ("copy", lambda x: {"copy_gain": x}, COPY, HOLDS),
+        ("some", lambda x: {"copy_gain": x}, NOT_HERE, COPY),
+    ],
+    "L4": [
+        ("gain", lambda x: {"in_ram_gain": x, "read_share": 0.6}, NOT_HERE, HOLDS),
+        ("read", lambda x: {"in_ram_gain": 1.0, "read_share": x}, READ, NOT_HERE),
+    ],
+    "L5": [
+        ("gain", lambda x: {"gain": x}, PRE, HOLDS),
+        ("some", lambda x: {"gain": x}, NOT_HERE, PRE),
+    ],
+    "L6": [
+        (
+            "epoch",
+            lambda x: {
+                "on_gpu": True,
+                "decodes_on_device": True,
+                "epoch_ratio": x,
+                "feed_ratio": 50,
+            },
+            STEP,
+            HOLDS,
+        ),
+        (
+            "feed",
+            lambda x: {
+                "on_gpu": True,
+                "decodes_on_device": True,
+                "epoch_ratio": 3,
+                "feed_ratio": x,
+            },
+            NOT_HERE,
+            STEP,
+        ),
+    ],
+    "L7": [
+        (
+            "drop",
+            lambda x: {"synthetic": False, "worst_mean_drop": x, "seed_spread": 0.0},
+            NOT_HERE,
+            HOLDS,
+        ),
+        (
+            "spread",
+            lambda x: {"synthetic": False, "worst_mean_drop": 0.05, "seed_spread": 0.05 / x},
+            NOT_HERE,
+            HOLDS,
+        ),
+    ],
+    "L8": [
+        ("equal", lambda x: {"diff_mlp": x, "diff_gn": 1e-7, "diff_bn": 0.05}, SHOWN, NOT_SHOWN),
+        ("equal", lambda x: {"diff_mlp": 1e-7, "diff_gn": x, "diff_bn": 0.05}, SHOWN, NOT_SHOWN),
+        ("differs", lambda x: {"diff_mlp": 1e-7, "diff_gn": 1e-7, "diff_bn": x}, NOT_SHOWN, SHOWN),
+    ],
+    "L9": [
+        (
+            "kept",
+            lambda x: {"graph_bytes": 1000 * x, "after_backward_bytes": 1000},
+            NOT_SHOWN,
+            SHOWN,
+        )
+    ],
     "L10": [("ratio", lambda x: {"on_gpu": True, "round_trip_vs_on_device": x}, NOT_HERE, HOLDS)],
     "L11": [("slower", lambda x: {"on_gpu": True, "slowdown": x}, NOT_HERE, HOLDS)],
-    "L12": [("speed", lambda x: {"on_gpu": True, "speedup": x, "memory_ratio": 1.8, "loss_gap": 0.01}, BOUND, HOLDS),
-            ("memory", lambda x: {"on_gpu": True, "speedup": 2.0, "memory_ratio": x, "loss_gap": 0.01}, NOT_HERE, HOLDS),
-            ("loss", lambda x: {"on_gpu": True, "speedup": 2.0, "memory_ratio": 1.8, "loss_gap": x}, HOLDS, NOT_HERE)],
+    "L12": [
+        (
+            "speed",
+            lambda x: {"on_gpu": True, "speedup": x, "memory_ratio": 1.8, "loss_gap": 0.01},
+            BOUND,
+            HOLDS,
+        ),
+        (
+            "memory",
+            lambda x: {"on_gpu": True, "speedup": 2.0, "memory_ratio": x, "loss_gap": 0.01},
+            NOT_HERE,
+            HOLDS,
+        ),
+        (
+            "loss",
+            lambda x: {"on_gpu": True, "speedup": 2.0, "memory_ratio": 1.8, "loss_gap": x},
+            HOLDS,
+            NOT_HERE,
+        ),
+    ],
     "L13": [("ratio", lambda x: {"on_gpu": True, "gpu_vs_cpu_time": x}, NOT_HERE, HOLDS)],
-    "L14": [("imbalance", lambda x: {"gpus": 2, "imbalance_outside": x, "imbalance_inside": 1.0}, NOT_HERE, HOLDS)],
+    "L14": [
+        (
+            "imbalance",
+            lambda x: {"gpus": 2, "imbalance_outside": x, "imbalance_inside": 1.0},
+            NOT_HERE,
+            HOLDS,
+        )
+    ],
     "L15": [("less", lambda x: {"gpus": 2, "less_time": x}, NOT_HERE, HOLDS)],
     "L17": [("handoff", lambda x: {"handoff_share": x}, LARGE, HOLDS)],
-    "L18": [("equal", lambda x: {"ddp_vs_global": x, "bn_spread": 1e-3}, BN, NOT_SHOWN),
-            ("differs", lambda x: {"ddp_vs_global": 1e-7, "bn_spread": x}, NOT_SHOWN, BN)],
-    "L20": [("ratio", lambda x: {"ratio": x}, MANY, HOLDS), ("some", lambda x: {"ratio": x}, NOT_HERE, MANY)],
+    "L18": [
+        ("equal", lambda x: {"ddp_vs_global": x, "bn_spread": 1e-3}, BN, NOT_SHOWN),
+        ("differs", lambda x: {"ddp_vs_global": 1e-7, "bn_spread": x}, NOT_SHOWN, BN),
+    ],
+    "L20": [
+        ("ratio", lambda x: {"ratio": x}, MANY, HOLDS),
+        ("some", lambda x: {"ratio": x}, NOT_HERE, MANY),
+    ],
     "L22": [("margin", lambda x: {"code_gain": 3.0, "hardware_gain": 3.0 * x}, NOT_HERE, HOLDS)],
     "L23": [("drop", lambda x: {"gpus": 2, "acc_one": 0.9, "acc_two": 0.9 - x}, NOT_HERE, HOLDS)],
 }
 
-# Outcomes decided by no number: a missing device or data set, a fact, a comparison of two measurements.
+# Outcomes decided by no number: a missing device or data set, a fact, a comparison of two
+# measurements.
 CASES: dict[str, list[tuple[dict, str]]] = {
     "L3": [({"copy_gain": None}, GPU)],
-    "L6": [({"on_gpu": False, "decodes_on_device": True, "epoch_ratio": 20, "feed_ratio": 50}, GPU),
-           ({"on_gpu": True, "decodes_on_device": False, "epoch_ratio": 20, "feed_ratio": 50}, claims.DECODER)],
+    "L6": [
+        ({"on_gpu": False, "decodes_on_device": True, "epoch_ratio": 20, "feed_ratio": 50}, GPU),
+        (
+            {"on_gpu": True, "decodes_on_device": False, "epoch_ratio": 20, "feed_ratio": 50},
+            claims.DECODER,
+        ),
+    ],
     "L7": [({"synthetic": True, "worst_mean_drop": 0.1, "seed_spread": 0.0}, REAL_DATA)],
     "L10": [({"on_gpu": False, "round_trip_vs_on_device": None}, GPU)],
     "L11": [({"on_gpu": False, "slowdown": 1.0}, GPU)],
     "L12": [({"on_gpu": False, "speedup": 1.0, "memory_ratio": 1.0, "loss_gap": 0.0}, GPU)],
     "L13": [({"on_gpu": False, "gpu_vs_cpu_time": None}, GPU)],
-    "L14": [({"gpus": 1, "imbalance_outside": None, "imbalance_inside": None}, GPUS2),
-            ({"gpus": 2, "imbalance_outside": 1.5, "imbalance_inside": 1.6}, NOT_HERE)],
+    "L14": [
+        ({"gpus": 1, "imbalance_outside": None, "imbalance_inside": None}, GPUS2),
+        ({"gpus": 2, "imbalance_outside": 1.5, "imbalance_inside": 1.6}, NOT_HERE),
+    ],
     "L15": [({"gpus": 0, "less_time": None}, GPUS2)],
     "L16": [({"prefix_load_failed": True}, SHOWN), ({"prefix_load_failed": False}, NOT_SHOWN)],
-    "L18": [({"lr_losses": (0.5, 1.2, 0.6)}, LR), ({"lr_losses": (0.5, 1.2, 1.3)}, NOT_HERE),
-            ({"lr_losses": (0.5, 0.6, 0.3)}, NOT_HERE)],
-    "L19": [({"odd_world_finished": True, "even_world_finished": True}, NOT_HERE),
-            ({"odd_world_finished": False, "even_world_finished": True}, HOLDS),
-            ({"odd_world_finished": False, "even_world_finished": False}, "inconclusive: the even-count control failed too")],
-    "L21": [({"data_loop_kind": "input-bound", "compute_loop_kind": "gpu-bound",
-              "compute_kinds_expected": ("gpu-bound", "launch-bound")}, SHOWN),
-            ({"data_loop_kind": "cpu-compute-bound", "compute_loop_kind": "cpu-compute-bound",
-              "compute_kinds_expected": ("cpu-compute-bound",)}, NOT_SHOWN)],
+    "L18": [
+        ({"lr_losses": (0.5, 1.2, 0.6)}, LR),
+        ({"lr_losses": (0.5, 1.2, 1.3)}, NOT_HERE),
+        ({"lr_losses": (0.5, 0.6, 0.3)}, NOT_HERE),
+    ],
+    "L19": [
+        ({"odd_world_finished": True, "even_world_finished": True}, NOT_HERE),
+        ({"odd_world_finished": False, "even_world_finished": True}, HOLDS),
+        (
+            {"odd_world_finished": False, "even_world_finished": False},
+            "inconclusive: the even-count control failed too",
+        ),
+    ],
+    "L21": [
+        (
+            {
+                "data_loop_kind": "input-bound",
+                "compute_loop_kind": "gpu-bound",
+                "compute_kinds_expected": ("gpu-bound", "launch-bound"),
+            },
+            SHOWN,
+        ),
+        (
+            {
+                "data_loop_kind": "cpu-compute-bound",
+                "compute_loop_kind": "cpu-compute-bound",
+                "compute_kinds_expected": ("cpu-compute-bound",),
+            },
+            NOT_SHOWN,
+        ),
+    ],
     "L22": [({"code_gain": 3.0, "hardware_gain": None}, "needs a run on other hardware")],
     "L23": [({"gpus": 1, "acc_one": 0.9, "acc_two": None}, GPUS2)],
 }
@@ -122,7 +267,9 @@ def test_rule_changes_outcome_just_either_side_of_each_threshold(claim):
     for measured, expected in CASES.get(claim, []):
         assert judge(claim, **measured) == expected, (claim, measured)
         reached.add(expected)
-    assert reached == set(r.verdicts), f"{claim}: outcomes never reached: {set(r.verdicts) - reached}"
+    assert reached == set(r.verdicts), (
+        f"{claim}: outcomes never reached: {set(r.verdicts) - reached}"
+    )
     assert len(r.verdicts) >= 2 and r.compares
 
 
@@ -132,14 +279,22 @@ def test_rule_declares_its_kind_and_prints_every_threshold(claim):
     mechanism = {v for v in r.verdicts if claims.kind_of(v).startswith("mechanism")}
     measured = {v for v in r.verdicts if not v.startswith(("mechanism", "needs"))}
     assert all(claims.kind_of(v) for v in r.verdicts)
-    assert r.kind == {(True, False): "mechanism", (False, True): "verdict", (True, True): "both"}[
-        bool(mechanism), bool(measured)]
-    assert all(f"{{{name}" in r.text for name in r.limits), "the plain-words rule names each threshold"
+    assert (
+        r.kind
+        == {(True, False): "mechanism", (False, True): "verdict", (True, True): "both"}[
+            bool(mechanism), bool(measured)
+        ]
+    )
+    assert all(f"{{{name}" in r.text for name in r.limits), (
+        "the plain-words rule names each threshold"
+    )
     assert "{" not in r.threshold
 
 
 def test_a_rule_with_one_outcome_fails_the_check(monkeypatch):
-    const = Rule("L16", "mechanism", "nothing", "none", {}, (SHOWN,), lambda t, prefix_load_failed: SHOWN)
+    const = Rule(
+        "L16", "mechanism", "nothing", "none", {}, (SHOWN,), lambda t, prefix_load_failed: SHOWN
+    )
     monkeypatch.setitem(RULES, "L16", const)
     with pytest.raises(AssertionError):
         test_rule_changes_outcome_just_either_side_of_each_threshold("L16")
@@ -147,8 +302,17 @@ def test_a_rule_with_one_outcome_fails_the_check(monkeypatch):
 
 def test_a_moved_threshold_fails_a_test(monkeypatch):
     """L10's 2x moved to 30x in the rule's code (not its data): the cases either side catch it."""
-    moved = Rule("L10", "verdict", "x", "y", {"ratio": 2}, RULES["L10"].verdicts,
-                 lambda t, on_gpu, round_trip_vs_on_device: HOLDS if round_trip_vs_on_device >= 30 else NOT_HERE)
+    moved = Rule(
+        "L10",
+        "verdict",
+        "x",
+        "y",
+        {"ratio": 2},
+        RULES["L10"].verdicts,
+        lambda t, on_gpu, round_trip_vs_on_device: (
+            HOLDS if round_trip_vs_on_device >= 30 else NOT_HERE
+        ),
+    )
     monkeypatch.setitem(RULES, "L10", moved)
     with pytest.raises(AssertionError):
         test_rule_changes_outcome_just_either_side_of_each_threshold("L10")
@@ -171,7 +335,9 @@ def test_every_claim_is_tested_by_a_notebook_of_the_catalog():
 
 def test_the_catalog_refuses_a_claim_the_ledger_does_not_know(tmp_path):
     toml = tmp_path / "catalog.toml"
-    toml.write_text('[[notebook]]\nfile = "01_x.ipynb"\ntitle = "x"\nneeds = "cpu"\nclaims = ["L3", "L99"]\n')
+    toml.write_text(
+        '[[notebook]]\nfile = "01_x.ipynb"\ntitle = "x"\nneeds = "cpu"\nclaims = ["L3", "L99"]\n'
+    )
     with pytest.raises(ValueError, match=r"'01_x.ipynb' lists unknown claim\(s\) \['L99'\]"):
         catalog.load(toml)
 

@@ -35,7 +35,12 @@ def test_idx_header_is_the_real_format(small_synthetic):
     raw = small_synthetic / "synthetic" / "FashionMNIST" / "raw"
     head = (raw / "train-images-idx3-ubyte").read_bytes()[:16]
     assert struct.unpack(">HBB3I", head) == (0, 8, 3, 600, 28, 28)
-    assert struct.unpack(">HBBI", (raw / "t10k-labels-idx1-ubyte").read_bytes()[:8]) == (0, 8, 1, 200)
+    assert struct.unpack(">HBBI", (raw / "t10k-labels-idx1-ubyte").read_bytes()[:8]) == (
+        0,
+        8,
+        1,
+        200,
+    )
 
 
 def test_cifar10_synthetic_checked_with_md5(small_synthetic):
@@ -91,7 +96,9 @@ class _Payload:
         return (os.system, (f"touch {os.environ['FTG_PWNED']}",))
 
 
-def test_cifar_batch_checked_against_checksums_from_the_code(small_synthetic, tmp_path, monkeypatch):
+def test_cifar_batch_checked_against_checksums_from_the_code(
+    small_synthetic, tmp_path, monkeypatch
+):
     """A crafted batch file with a manifest that vouches for it is refused, never unpickled."""
     folder = small_synthetic / "synthetic" / "cifar-10-batches-py"
     pwned = tmp_path / "pwned"
@@ -135,10 +142,21 @@ assert ds.synthetic and len(ds) == 60000
 def test_two_writers_of_a_fresh_data_folder_do_not_race(data_root, tmp_path):
     """Two processes write the same image folder and the same synthetic data set at once:
     both succeed, and neither ever sees a missing or half-written file."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(data.paths.ROOT),
-                                                                    os.environ.get("PYTHONPATH")]))}
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path / "imgs")], env=env,
-                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(data.paths.ROOT), os.environ.get("PYTHONPATH")])
+        ),
+    }
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(tmp_path / "imgs")],
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     errs = [p.communicate(timeout=300)[1] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], errs
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")], "temporary folders left"
@@ -147,6 +165,7 @@ def test_two_writers_of_a_fresh_data_folder_do_not_race(data_root, tmp_path):
 
 # --- TensorBatches: every sample once per epoch, reshuffled, staged copies that match plain
 # indexing (notebook 05 asserts its batched crop/flip against the definition)
+
 
 def batch(n=32, seed=0):
     g = torch.Generator().manual_seed(seed)
@@ -166,10 +185,15 @@ def test_batches_cover_the_data_once_and_reshuffle_each_epoch():
     second = torch.cat([yb for _, yb in b])
     assert sorted(second.tolist()) == list(range(50)) and not torch.equal(torch.cat(seen), second)
     # the same seed gives the same order, another seed another one
-    order = [torch.cat([yb for _, yb in data.TensorBatches(x, y, 16, device="cpu", seed=s)]) for s in (0, 0, 1)]
+    order = [
+        torch.cat([yb for _, yb in data.TensorBatches(x, y, 16, device="cpu", seed=s)])
+        for s in (0, 0, 1)
+    ]
     assert torch.equal(order[0], order[1]) and not torch.equal(order[0], order[2])
     assert torch.equal(order[0], torch.cat(seen))  # an epoch's order depends on the seed alone
-    unshuffled = torch.cat([yb for _, yb in data.TensorBatches(x, y, 16, device="cpu", shuffle=False)])
+    unshuffled = torch.cat(
+        [yb for _, yb in data.TensorBatches(x, y, 16, device="cpu", shuffle=False)]
+    )
     assert torch.equal(unshuffled, y)
 
 
@@ -210,20 +234,25 @@ def test_staged_batches_match_plain_indexing_and_are_not_overwritten():
         assert torch.equal(xa, xb) and torch.equal(ya, yb)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(batch_size=0), r"TensorBatches: batch_size must be an int >= 1, got 0"),
-    (dict(y=torch.arange(3)), "one label per image"),
-    (dict(x=batch(4).float()), "x must be a uint8 tensor of shape"),
-    (dict(device="tpu"), "device must be"),
-    (dict(mode="disk"), r"TensorBatches: mode must be one of 'device', 'memory', got 'disk'"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(batch_size=0), r"TensorBatches: batch_size must be an int >= 1, got 0"),
+        (dict(y=torch.arange(3)), "one label per image"),
+        (dict(x=batch(4).float()), "x must be a uint8 tensor of shape"),
+        (dict(device="tpu"), "device must be"),
+        (dict(mode="disk"), r"TensorBatches: mode must be one of 'device', 'memory', got 'disk'"),
+    ],
+)
 def test_batches_bad_input(kwargs, match):
     args = dict(x=batch(4), y=torch.arange(4), batch_size=2, device="cpu") | kwargs
     with pytest.raises(ValueError, match=match):
         data.TensorBatches(args.pop("x"), args.pop("y"), args.pop("batch_size"), **args)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: pinned staging buffers")
+@pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU: pinned staging buffers"
+)
 def test_staging_buffers_are_pinned_on_cuda():
     x, y = batch(64), torch.arange(64)
     b = data.TensorBatches(x, y, 32, augment=data.to_unit_float, mode="memory", device="cuda")

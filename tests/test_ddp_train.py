@@ -9,8 +9,20 @@ import torch
 from helpers import launch
 from tests.notebook_scripts import write_script
 
-SMALL = ["--in-features", 32, "--hidden", 64, "--depth", 2, "--steps-per-epoch", 3, "--epochs", 2,
-         "--lr", 0.1]
+SMALL = [
+    "--in-features",
+    32,
+    "--hidden",
+    64,
+    "--depth",
+    2,
+    "--steps-per-epoch",
+    3,
+    "--epochs",
+    2,
+    "--lr",
+    0.1,
+]
 
 
 def test_ddp_matches_one_process_on_the_global_batch(tmp_path):
@@ -29,7 +41,9 @@ def test_ddp_matches_one_process_on_the_global_batch(tmp_path):
 
 
 def test_a_failing_rank_is_named(tmp_path):
-    script = write_script("16_many_machines_and_sharding.ipynb", "FAIL_PY", tmp_path / "fail_ddp.py")
+    script = write_script(
+        "16_many_machines_and_sharding.ipynb", "FAIL_PY", tmp_path / "fail_ddp.py"
+    )
     try:
         launch.run(script, ["--fail-rank", 1], nprocs=2, stream=False, timeout=180)
     except launch.LaunchError as e:

@@ -33,8 +33,12 @@ def mps(monkeypatch):
     synced: list = []
     fake_accelerator(monkeypatch, "mps", 1, synced)
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
-    monkeypatch.setattr(torch.backends.mps, "is_macos_or_newer", lambda major, minor: (14, 0) >= (major, minor),
-                        raising=False)
+    monkeypatch.setattr(
+        torch.backends.mps,
+        "is_macos_or_newer",
+        lambda major, minor: (14, 0) >= (major, minor),
+        raising=False,
+    )
     monkeypatch.setattr(torch.mps, "current_allocated_memory", lambda: 123 * 2**20)
     monkeypatch.setattr(torch.mps, "recommended_max_memory", lambda: 12 * 2**30, raising=False)
     monkeypatch.setattr(devices, "_cpu_name", lambda: "Apple M2 Pro")
@@ -79,13 +83,17 @@ def test_mps_memory_counters_and_autocast(mps):
     assert devices.memory_allocated("mps") == 123 * 2**20
     with pytest.raises(ValueError, match="no peak-memory counter"):
         devices.max_memory_allocated("mps")
-    caps = devices.capabilities()  # described from the (fake) torch: tests/test_capabilities.py decides
+    caps = (
+        devices.capabilities()
+    )  # described from the (fake) torch: tests/test_capabilities.py decides
     assert not caps.pin_memory  # unified memory: nothing to pin
     assert caps.kind == "mps" and caps.bf16 == "native" and caps.memory_gib == 12.0
 
 
 def test_mps_without_bf16_refuses_bf16(mps, monkeypatch):
-    monkeypatch.setattr(torch.backends.mps, "is_macos_or_newer", lambda major, minor: False, raising=False)
+    monkeypatch.setattr(
+        torch.backends.mps, "is_macos_or_newer", lambda major, minor: False, raising=False
+    )
     caps = devices.capabilities("mps")
     assert caps.bf16 == "none" and "macOS 14" in caps.skip["bf16"]
 
@@ -93,14 +101,18 @@ def test_mps_without_bf16_refuses_bf16(mps, monkeypatch):
 def test_peak_step_bytes_on_mps_counts_instead_of_faking_a_peak(mps):
     net = torch.nn.Linear(4, 2)
     peak, how = training.peak_step_bytes(lambda: net(torch.randn(3, 4)).sum().backward(), "mps")
-    assert peak > 0 and "dispatch-mode" in how  # MPS has no peak counter: the step's tensors are counted
+    assert (
+        peak > 0 and "dispatch-mode" in how
+    )  # MPS has no peak counter: the step's tensors are counted
 
 
 def test_hardware_summary_names_the_apple_chip_and_unified_memory(mps):
     s = devices.hardware_summary()
     assert s["accelerator"] == "mps"
     (g,) = s["gpus"]
-    assert g["name"] == "Apple M2 Pro GPU (Metal)" and g["unified_memory"] and g["memory_gib"] == 12.0
+    assert (
+        g["name"] == "Apple M2 Pro GPU (Metal)" and g["unified_memory"] and g["memory_gib"] == 12.0
+    )
     text = devices.describe_hardware(s)
     assert "unified memory" in text and "Apple M2 Pro" in text
     assert devices.device_name("mps") == "Apple M2 Pro GPU (Metal)"
@@ -129,7 +141,15 @@ def test_as_device():
 
 def test_hardware_summary_has_what_the_report_needs():
     s = devices.hardware_summary()
-    for key in ("cpu", "cpu_cores_usable", "ram_gib", "gpus", "cuda_version", "cpu_bf16_instructions", "torch"):
+    for key in (
+        "cpu",
+        "cpu_cores_usable",
+        "ram_gib",
+        "gpus",
+        "cuda_version",
+        "cpu_bf16_instructions",
+        "torch",
+    ):
         assert key in s
     assert s["cpu_cores_usable"] >= 1 and s["ram_gib"] > 0
     assert len(s["gpus"]) == devices.num_gpus()

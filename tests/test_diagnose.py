@@ -36,7 +36,9 @@ def test_step_window_closed_early_and_never_reached():
     assert early.finish().steps_done == 2 and early.busy_fraction is not None
     never = diagnose.StepWindow(device="cpu", warmup=4, steps=2)
     _loop(never, 2)
-    assert never.finish().steps_done == 0 and never.busy_fraction is None and never.count("aten") == 0
+    assert (
+        never.finish().steps_done == 0 and never.busy_fraction is None and never.count("aten") == 0
+    )
 
 
 def slow_source(n, delay):
@@ -83,10 +85,17 @@ def test_skip_leaves_out_the_first_steps():
         meter.summary(skip=-1)
 
 
-@pytest.mark.parametrize("wait", [0.0, 0.05, diagnose.NOTICEABLE, 0.2, diagnose.INPUT_BOUND - 1e-9,
-                                  diagnose.INPUT_BOUND, 0.9])
+@pytest.mark.parametrize(
+    "wait",
+    [0.0, 0.05, diagnose.NOTICEABLE, 0.2, diagnose.INPUT_BOUND - 1e-9, diagnose.INPUT_BOUND, 0.9],
+)
 def test_wait_verdict_either_side_of_its_thresholds(wait):
     kind, sentence = diagnose.wait_verdict(wait)
-    expected = ("input-bound" if wait >= diagnose.INPUT_BOUND else
-                "noticeable" if wait >= diagnose.NOTICEABLE else "not input-bound")
+    expected = (
+        "input-bound"
+        if wait >= diagnose.INPUT_BOUND
+        else "noticeable"
+        if wait >= diagnose.NOTICEABLE
+        else "not input-bound"
+    )
     assert kind == expected and f"{100 * wait:.0f} %" in sentence

@@ -45,7 +45,9 @@ class Blurred(Dataset):
 def batched(n: int, d: int, batch: int) -> DataLoader:
     """Tensors fetched a whole batch at a time (one indexing op, no per-sample collate)."""
     ds = TensorDataset(torch.randn(n, d), torch.randint(0, 10, (n,)))
-    return DataLoader(ds, sampler=BatchSampler(RandomSampler(ds), batch, drop_last=True), batch_size=None)
+    return DataLoader(
+        ds, sampler=BatchSampler(RandomSampler(ds), batch, drop_last=True), batch_size=None
+    )
 
 
 def train(loader, net, *, read_every_step: bool = False, **kw) -> doctor.Watch:
@@ -62,8 +64,10 @@ def train(loader, net, *, read_every_step: bool = False, **kw) -> doctor.Watch:
 
 
 def tiny_ops_net(depth: int = 40, width: int = 16) -> nn.Module:
-    return nn.Sequential(*[m for _ in range(depth) for m in (nn.Linear(width, width), nn.ReLU())],
-                         nn.Linear(width, 10))
+    return nn.Sequential(
+        *[m for _ in range(depth) for m in (nn.Linear(width, width), nn.ReLU())],
+        nn.Linear(width, 10),
+    )
 
 
 def kinds(w: doctor.Watch) -> list[str]:
@@ -102,7 +106,7 @@ def test_sync_on_a_cpu_is_counted_not_costed():
     sync = next(f for f in w.findings if f.kind == "sync-bound")
     assert sync.share is None and "would synchronise on a GPU" in sync.evidence
     assert w.measured.sync_ops == {"_local_scalar_dense": 2}
-    after = w.findings[w.findings.index(sync):]  # ranked below every measured cost
+    after = w.findings[w.findings.index(sync) :]  # ranked below every measured cost
     assert all(f.share is None or rules.refuted(f) for f in after)
 
 
@@ -170,44 +174,81 @@ def test_bad_input_names_the_parameter():
 
 # --- each threshold, just either side ------------------------------------------------------
 
+
 def m(**kw) -> rules.Measured:
     base = dict(device="cpu", step_s=0.010, steps=20, batch_size=32, cores=2, threads=2)
     return rules.Measured(**{**base, **kw})
 
 
-@pytest.mark.parametrize("rule, below, above", [
-    (rules.input_bound, dict(wait_s=0.010 * (rules.INPUT_WAIT_SHARE - 0.001)),
-     dict(wait_s=0.010 * (rules.INPUT_WAIT_SHARE + 0.001))),
-    (rules.overhead_bound, dict(ops_per_step=100, dispatch_s=0.010 * (rules.OVERHEAD_SHARE - 0.001) / 100),
-     dict(ops_per_step=100, dispatch_s=0.010 * (rules.OVERHEAD_SHARE + 0.001) / 100)),
-    (rules.sync_bound, dict(syncs_per_step=rules.SYNCS_PER_STEP - 0.5),
-     dict(syncs_per_step=rules.SYNCS_PER_STEP)),
-    (rules.sync_bound, dict(device="cuda", syncs_per_step=2, stall_s=0.010 * (rules.SYNC_STALL_SHARE - 0.001)),
-     dict(device="cuda", syncs_per_step=2, stall_s=0.010 * (rules.SYNC_STALL_SHARE + 0.001))),
-    (rules.device_idle, dict(device="cuda", busy=rules.LOW_BUSY + 0.001),
-     dict(device="cuda", busy=rules.LOW_BUSY - 0.001)),
-    (rules.memory_tight, dict(memory_peak=rules.MEMORY_PEAK_SHARE - 0.001, memory_total=1.0),
-     dict(memory_peak=rules.MEMORY_PEAK_SHARE + 0.001, memory_total=1.0)),
-    (rules.oversubscribed, dict(threads=2, workers=0), dict(threads=3, workers=0)),
-    (rules.no_tensor_cores, dict(device="cuda", tensor_cores_idle=True, hot_ops=[{"op": "mm bfloat16 contiguous"}]),
-     dict(device="cuda", tensor_cores_idle=True, hot_ops=[{"op": "mm float32 contiguous"}])),
-    (rules.oversubscribed, dict(threads=1, workers=1), dict(threads=2, workers=1)),
-])
+@pytest.mark.parametrize(
+    "rule, below, above",
+    [
+        (
+            rules.input_bound,
+            dict(wait_s=0.010 * (rules.INPUT_WAIT_SHARE - 0.001)),
+            dict(wait_s=0.010 * (rules.INPUT_WAIT_SHARE + 0.001)),
+        ),
+        (
+            rules.overhead_bound,
+            dict(ops_per_step=100, dispatch_s=0.010 * (rules.OVERHEAD_SHARE - 0.001) / 100),
+            dict(ops_per_step=100, dispatch_s=0.010 * (rules.OVERHEAD_SHARE + 0.001) / 100),
+        ),
+        (
+            rules.sync_bound,
+            dict(syncs_per_step=rules.SYNCS_PER_STEP - 0.5),
+            dict(syncs_per_step=rules.SYNCS_PER_STEP),
+        ),
+        (
+            rules.sync_bound,
+            dict(device="cuda", syncs_per_step=2, stall_s=0.010 * (rules.SYNC_STALL_SHARE - 0.001)),
+            dict(device="cuda", syncs_per_step=2, stall_s=0.010 * (rules.SYNC_STALL_SHARE + 0.001)),
+        ),
+        (
+            rules.device_idle,
+            dict(device="cuda", busy=rules.LOW_BUSY + 0.001),
+            dict(device="cuda", busy=rules.LOW_BUSY - 0.001),
+        ),
+        (
+            rules.memory_tight,
+            dict(memory_peak=rules.MEMORY_PEAK_SHARE - 0.001, memory_total=1.0),
+            dict(memory_peak=rules.MEMORY_PEAK_SHARE + 0.001, memory_total=1.0),
+        ),
+        (rules.oversubscribed, dict(threads=2, workers=0), dict(threads=3, workers=0)),
+        (
+            rules.no_tensor_cores,
+            dict(device="cuda", tensor_cores_idle=True, hot_ops=[{"op": "mm bfloat16 contiguous"}]),
+            dict(device="cuda", tensor_cores_idle=True, hot_ops=[{"op": "mm float32 contiguous"}]),
+        ),
+        (rules.oversubscribed, dict(threads=1, workers=1), dict(threads=2, workers=1)),
+    ],
+)
 def test_threshold_either_side(rule, below, above):
     assert rule(m(**below)) is None
     assert rule(m(**above)) is not None
 
 
 def test_ranking_puts_measured_costs_first_and_compute_bound_only_alone():
-    found = rules.diagnose(m(wait_s=0.002, syncs_per_step=3, sync_ops={"_local_scalar_dense": 3},
-                             ops_per_step=1000, dispatch_s=5e-6))
+    found = rules.diagnose(
+        m(
+            wait_s=0.002,
+            syncs_per_step=3,
+            sync_ops={"_local_scalar_dense": 3},
+            ops_per_step=1000,
+            dispatch_s=5e-6,
+        )
+    )
     assert [f.kind for f in found] == ["overhead-bound", "input-bound", "sync-bound"]
     assert [f.kind for f in rules.diagnose(m(wait_s=0.0001))] == ["compute-bound"]
 
 
 def test_what_if_predicts_throughput():
-    f = rules.overhead_bound(m(ops_per_step=1000, dispatch_s=5e-6,
-                               trials={"batch x2": rules.Trial("batch x2", 64 / 0.012, 0.012)}))
+    f = rules.overhead_bound(
+        m(
+            ops_per_step=1000,
+            dispatch_s=5e-6,
+            trials={"batch x2": rules.Trial("batch x2", 64 / 0.012, 0.012)},
+        )
+    )
     assert f.predicted_speedup == pytest.approx((64 / 0.012) / (32 / 0.010))
     assert f.predicted_samples_per_s == pytest.approx(64 / 0.012)
 

@@ -25,8 +25,12 @@ from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorData
 
 torch.set_num_threads(1)
 ds = TensorDataset(torch.randn(4096, 16), torch.randint(0, 10, (4096,)))
-loader = DataLoader(ds, sampler=BatchSampler(RandomSampler(ds), 4, drop_last=True), batch_size=None)
-net = nn.Sequential(*[m for _ in range(40) for m in (nn.Linear(16, 16), nn.ReLU())], nn.Linear(16, 10))
+loader = DataLoader(
+    ds, sampler=BatchSampler(RandomSampler(ds), 4, drop_last=True), batch_size=None
+)
+net = nn.Sequential(
+    *[m for _ in range(40) for m in (nn.Linear(16, 16), nn.ReLU())], nn.Linear(16, 10)
+)
 opt = torch.optim.SGD(net.parameters(), lr=0.01)
 print("the script's own output")
 for epoch in range(1000):  # far more steps than the doctor needs: it stops the script
@@ -39,11 +43,18 @@ print("the script ran to its end")
 """
 
 
-def doctor(tmp_path: Path, source: str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+def doctor(
+    tmp_path: Path, source: str, *args: str, timeout: float = 240
+) -> subprocess.CompletedProcess:
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent(source))
-    return subprocess.run([sys.executable, "-m", "helpers.doctor", *args, str(script)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "helpers.doctor", *args, str(script)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _no_leftovers():

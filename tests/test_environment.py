@@ -20,12 +20,14 @@ def _pins(lines):
 def test_environment_yml_matches_requirements():
     req = _pins((ROOT / "requirements.txt").read_text().splitlines())
     env_lines = (ROOT / "environment.yml").read_text().splitlines()
-    pip_section = env_lines[next(i for i, ln in enumerate(env_lines) if ln.strip() == "- pip:"):]
+    pip_section = env_lines[next(i for i, ln in enumerate(env_lines) if ln.strip() == "- pip:") :]
     env = _pins(pip_section)
     assert req, "no pins found in requirements.txt"
-    assert req == env, {"only in requirements": req.keys() - env.keys(),
-                        "only in environment.yml": env.keys() - req.keys(),
-                        "different pins": {k for k in req.keys() & env.keys() if req[k] != env[k]}}
+    assert req == env, {
+        "only in requirements": req.keys() - env.keys(),
+        "only in environment.yml": env.keys() - req.keys(),
+        "different pins": {k for k in req.keys() & env.keys() if req[k] != env[k]},
+    }
 
 
 def test_required_pins():
@@ -58,16 +60,34 @@ def test_lower_bounds_are_the_versions_make_test_compat_installs():
     """Every lower bound in pyproject.toml is tested: requirements-compat.txt pins exactly it."""
     project = _project()
     bounds = _bounds(project["dependencies"]) | _bounds(project["optional-dependencies"]["d2l"])
-    compat = _pins(ln.replace("===", "==") for ln in (ROOT / "requirements-compat.txt").read_text().splitlines())
+    compat = _pins(
+        ln.replace("===", "==")
+        for ln in (ROOT / "requirements-compat.txt").read_text().splitlines()
+    )
     req = _pins((ROOT / "requirements.txt").read_text().splitlines())
     extra = {k: v for k, v in compat.items() if k not in bounds}
-    assert all(req.get(k) == v for k, v in extra.items()), f"compat lines that are neither bounds nor lock pins: {extra}"
+    assert all(req.get(k) == v for k, v in extra.items()), (
+        f"compat lines that are neither bounds nor lock pins: {extra}"
+    )
     compat = {k: v for k, v in compat.items() if k in bounds}
-    assert bounds == compat, {"bound, not tested": bounds.keys() - compat.keys(),
-                              "tested, not a bound": compat.keys() - bounds.keys(),
-                              "differ": {k: (bounds[k], compat[k]) for k in bounds.keys() & compat.keys()
-                                         if bounds[k] != compat[k]}}
-    assert {"torch", "torchvision", "numpy", "matplotlib", "ipywidgets", "tqdm", "psutil"} <= bounds.keys()
+    assert bounds == compat, {
+        "bound, not tested": bounds.keys() - compat.keys(),
+        "tested, not a bound": compat.keys() - bounds.keys(),
+        "differ": {
+            k: (bounds[k], compat[k])
+            for k in bounds.keys() & compat.keys()
+            if bounds[k] != compat[k]
+        },
+    }
+    assert {
+        "torch",
+        "torchvision",
+        "numpy",
+        "matplotlib",
+        "ipywidgets",
+        "tqdm",
+        "psutil",
+    } <= bounds.keys()
     # the exact lock satisfies the bounds
     for name, low in bounds.items():
         if name in req:
@@ -83,7 +103,8 @@ def test_dev_tools_are_an_extra_not_runtime_dependencies():
     runtime = set(_bounds(project["dependencies"]))
     assert not {"pytest", "nbval", "ruff", "playwright", "nbstripout", "d2l"} & runtime
     assert set(project["optional-dependencies"]["dev"]) == set(
-        _pins((ROOT / "requirements-dev.txt").read_text().splitlines()))
+        _pins((ROOT / "requirements-dev.txt").read_text().splitlines())
+    )
 
 
 def test_import_names_torch_and_the_floor_when_torch_is_older(monkeypatch):
@@ -94,10 +115,17 @@ def test_import_names_torch_and_the_floor_when_torch_is_older(monkeypatch):
 
     floor = _bounds(_project()["dependencies"])["torch"]
     real_version = metadata.version
-    for installed, warns in ((floor, False), (floor + "+cu126", False), ("2.10.1", True),
-                             ("2.99.0", False)):
-        monkeypatch.setattr(metadata, "version",
-                            lambda name, v=installed: v if name == "torch" else real_version(name))
+    for installed, warns in (
+        (floor, False),
+        (floor + "+cu126", False),
+        ("2.10.1", True),
+        ("2.99.0", False),
+    ):
+        monkeypatch.setattr(
+            metadata,
+            "version",
+            lambda name, v=installed: v if name == "torch" else real_version(name),
+        )
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             helpers._warn_below_tested_versions()

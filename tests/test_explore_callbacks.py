@@ -94,8 +94,10 @@ class Kernel:
 
     def change(self, comm_id: str, state: dict, subshell_id: str) -> str:
         """Send a widget state update over the subshell, as JupyterLab does."""
-        msg = self.kc.session.msg("comm_msg", {"comm_id": comm_id, "data": {
-            "method": "update", "state": state, "buffer_paths": []}})
+        msg = self.kc.session.msg(
+            "comm_msg",
+            {"comm_id": comm_id, "data": {"method": "update", "state": state, "buffer_paths": []}},
+        )
         msg["header"]["subshell_id"] = subshell_id
         self.kc.shell_channel.send(msg)
         return msg["header"]["msg_id"]
@@ -114,8 +116,10 @@ class Kernel:
             self.iopub.append(msg)
             if predicate(msg):
                 return msg
-        raise AssertionError(f"no such iopub message within {timeout} s; last: "
-                             f"{[m['msg_type'] for m in self.iopub[-10:]]}")
+        raise AssertionError(
+            f"no such iopub message within {timeout} s; last: "
+            f"{[m['msg_type'] for m in self.iopub[-10:]]}"
+        )
 
     def close(self) -> None:
         self.kc.stop_channels()
@@ -143,13 +147,18 @@ def _start(wrapped: bool, draw_s: float = 0) -> tuple[Kernel, str, str, str]:
 def _plot_while_the_output_echoes(wrapped: bool) -> dict:
     k, dropdown, output, subshell = _start(wrapped, draw_s=3)
     try:
-        change = k.change(dropdown, {"index": 1}, subshell)   # first change: the main thread
-        k.wait_iopub(lambda m: _from(change, "stream")(m) and "figure open" in m["content"]["text"], 60)
+        change = k.change(dropdown, {"index": 1}, subshell)  # first change: the main thread
+        k.wait_iopub(
+            lambda m: _from(change, "stream")(m) and "figure open" in m["content"]["text"], 60
+        )
         echo = k.change(output, {"outputs": []}, subshell)
         k.wait_iopub(_idle(change), 60)
         k.wait_iopub(_idle(echo), 60)
-        return {"shown": [m for m in k.iopub if _image_for(change)(m)],
-                "taken": [m for m in k.iopub if _image_for(echo)(m)], "log": k.value("log")}
+        return {
+            "shown": [m for m in k.iopub if _image_for(change)(m)],
+            "taken": [m for m in k.iopub if _image_for(echo)(m)],
+            "log": k.value("log"),
+        }
     finally:
         k.close()
 
@@ -163,16 +172,21 @@ def _control_moved_during_a_cell(wrapped: bool) -> dict:
         k.wait_iopub(_idle(first), 60)
         # Second change while a long cell runs.
         long_id = k.kc.execute(LONG_CELL.format(wait_s=3 if wrapped else 30))
-        k.wait_iopub(lambda m: _from(long_id, "stream")(m) and "cell running" in m["content"]["text"], 60)
+        k.wait_iopub(
+            lambda m: _from(long_id, "stream")(m) and "cell running" in m["content"]["text"], 60
+        )
         second = k.change(dropdown, {"index": 0}, subshell)
         # its handler's end (a plain callback's plot may be flushed under another message's parent)
         k.wait_iopub(_idle(second), 90)
-        while True:   # the long cell's reply
+        while True:  # the long cell's reply
             reply = k.kc.get_shell_msg(timeout=90)
             if reply["parent_header"].get("msg_id") == long_id:
                 break
-        return {"log": k.value("log"), "span": k.value("cell_span"),
-                "cell_images": [m for m in k.iopub if _image_for(long_id)(m)]}
+        return {
+            "log": k.value("log"),
+            "span": k.value("cell_span"),
+            "cell_images": [m for m in k.iopub if _image_for(long_id)(m)],
+        }
     finally:
         k.close()
 
@@ -190,8 +204,9 @@ POSIX = pytest.mark.skipif(sys.platform == "win32", reason="kernel subshells: PO
 @POSIX
 def test_a_plain_callback_loses_its_plot_to_the_output_echo_so_the_situation_is_real():
     out = _plot_while_the_output_echoes(wrapped=False)
-    assert out["taken"] and not out["shown"], \
+    assert out["taken"] and not out["shown"], (
         "the echo's figure flush no longer takes the callback's figure: " + json.dumps(out["log"])
+    )
 
 
 @pytest.mark.timeout(300)
@@ -207,8 +222,9 @@ def test_a_plain_callback_runs_beside_the_cell_so_the_situation_is_real():
     out = _control_moved_during_a_cell(wrapped=False)
     start = _last_start(out["log"])
     assert start[:2] == ["start", 1], out["log"]
-    assert start[2].startswith("subshell"), \
+    assert start[2].startswith("subshell"), (
         f"the second change ran on {start[2]!r}: the kernel no longer runs callbacks in a subshell"
+    )
     assert out["span"][0] <= start[3] <= out["span"][1], json.dumps(out, default=str)
 
 
@@ -218,6 +234,7 @@ def test_one_at_a_time_waits_for_the_running_cell():
     out = _control_moved_during_a_cell(wrapped=True)
     start = _last_start(out["log"])
     assert start[:2] == ["start", 1] and start[2].startswith("subshell"), out["log"]
-    assert start[3] >= out["span"][1], \
+    assert start[3] >= out["span"][1], (
         f"the callback started {out['span'][1] - start[3]:.2f} s before the running cell ended"
+    )
     assert not out["cell_images"], "the callback's plot was shown in the running cell's output"

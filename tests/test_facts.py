@@ -18,94 +18,168 @@ DALI = "https://docs.nvidia.com/deeplearning/dali/user-guide/docs/operations/nvi
 
 # (wrong text, what is true instead): none of these may come back in any notebook.
 WRONG = [
-    ("fp32 and the low precisions do exactly the same work",
-     "the fused optimizer differed between precisions; every precision now uses the same plain SGD"),
-    ("use `non_blocking=True` to overlap them with compute",
-     "overlap needs the copy on a second stream, with the compute queued on the default one"),
+    (
+        "fp32 and the low precisions do exactly the same work",
+        (
+            "the fused optimizer differed between precisions; "
+            "every precision now uses the same plain SGD"
+        ),
+    ),
+    (
+        "use `non_blocking=True` to overlap them with compute",
+        "overlap needs the copy on a second stream, with the compute queued on the default one",
+    ),
     ("decode (nvJPEG) and augmentation", "the files are PNG: DALI decodes PNG on the CPU"),
     ("also run on the GPU straight from the files", "DALI decodes PNG on the CPU"),
     ("30 minutes by default", "init_process_group: 10 minutes for NCCL, 30 for the other backends"),
     ("it never gives your own process more", "empty_cache may reduce fragmentation in some cases"),
     ("Never call `empty_cache()` in the training loop", "keep it out of the per-step loop"),
-    ("`torch.cuda.set_sync_debug_mode` finds them for you",
-     "experimental: not every synchronising call warns"),
+    (
+        "`torch.cuda.set_sync_debug_mode` finds them for you",
+        "experimental: not every synchronising call warns",
+    ),
     ("points at the lines that sync.", "it points at many of them, not all"),
-    ("reads `CUDA_VISIBLE_DEVICES` **when the process starts**",
-     "it is read when CUDA initialises, lazily"),
-    ("about the best this device does for dense arithmetic",
-     "TF32/bf16 tensor cores run several times faster than an fp32 matmul"),
+    (
+        "reads `CUDA_VISIBLE_DEVICES` **when the process starts**",
+        "it is read when CUDA initialises, lazily",
+    ),
+    (
+        "about the best this device does for dense arithmetic",
+        "TF32/bf16 tensor cores run several times faster than an fp32 matmul",
+    ),
     ("a roofline number", "a roofline needs a bandwidth term: it is a matmul rate"),
     ("and no new allocations", "capture allocates from a private pool; it forbids synchronisation"),
     ("60,000-image epoch in about a second", "never measured here"),
     ("on one V100", "the source article does not name its GPU"),
     ("over every GPU it finds", "d2l uses its first num_gpus devices"),
     ("On Linux, workers are started by `fork`", "fork up to Python 3.13, forkserver from 3.14"),
-    ("cuts the batch's memory and the bytes copied 4×",
-     "only the host batch and the copy shrink"),
+    ("cuts the batch's memory and the bytes copied 4×", "only the host batch and the copy shrink"),
     ("4x, not ~5x", "the article's 5x includes int64 masks stored as uint8"),
     ("is exactly the same augmentation", "the check asserts each output is a valid crop/flip"),
-    ("**exactly** when each loss is divided by `k` and",
-     "not for token losses over unequal counts (padding, ignore_index)"),
-    ("an unsynchronised stopwatch reads less than the real time",
-     "a chart title follows its data (it is built from the measured readings)"),
-    ("the shards plus the largest layer",
-     "prefetching holds two unsharded units; the root stays unsharded after forward"),
+    (
+        "**exactly** when each loss is divided by `k` and",
+        "not for token losses over unequal counts (padding, ignore_index)",
+    ),
+    (
+        "an unsynchronised stopwatch reads less than the real time",
+        "a chart title follows its data (it is built from the measured readings)",
+    ),
+    (
+        "the shards plus the largest layer",
+        "prefetching holds two unsharded units; the root stays unsharded after forward",
+    ),
 ]
 
 # (notebook prefix, corrected phrase, its source or None for a phrase built from the measurement).
 CORRECTED = [
     ("00", "when CUDA initialises** in the process - lazily", f"{PT}/cuda.html"),
-    ("00", "what it lists from 0 ([CUDA environment variables]",
-     "https://docs.nvidia.com/cuda/cuda-programming-guide/05-appendices/environment-variables.html"),
+    (
+        "00",
+        "what it lists from 0 ([CUDA environment variables]",
+        "https://docs.nvidia.com/cuda/cuda-programming-guide/05-appendices/environment-variables.html",
+    ),
     ("00", "a matmul rate to keep in mind", "https://doi.org/10.1145/1498765.1498785"),
-    ("00", "multiply in TF32 and bf16 on tensor cores several times faster",
-     f"{PT}/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices"),
+    (
+        "00",
+        "multiply in TF32 and bf16 on tensor cores several times faster",
+        f"{PT}/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices",
+    ),
     ("00", "synchronised reading = {synced / unsynced:.2f}x the unsynchronised one", None),
-    ("01", "fp32 is not that best on a GPU with tensor cores",
-     f"{PT}/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices"),
-    ("01", "it runs at most at `min(peak FLOP/s, bandwidth x intensity)`",
-     "https://doi.org/10.1145/1498765.1498785"),
-    ("02", "because its batch also carries segmentation masks, stored as int64",
-     "https://towardsdatascience.com/efficient-pytorch-part-1-fe40ed5db76c"),
+    (
+        "01",
+        "fp32 is not that best on a GPU with tensor cores",
+        f"{PT}/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices",
+    ),
+    (
+        "01",
+        "it runs at most at `min(peak FLOP/s, bandwidth x intensity)`",
+        "https://doi.org/10.1145/1498765.1498785",
+    ),
+    (
+        "02",
+        "because its batch also carries segmentation masks, stored as int64",
+        "https://towardsdatascience.com/efficient-pytorch-part-1-fe40ed5db76c",
+    ),
     ("02", "the article's ~5x adds int64 masks cut to uint8", None),
-    ("03", "From Python 3.14 Linux defaults to `forkserver`",
-     "https://docs.python.org/3/library/multiprocessing.html#contexts-and-start-methods"),
-    ("03", "The article's arithmetic",
-     "https://towardsdatascience.com/efficient-pytorch-part-1-fe40ed5db76c"),
+    (
+        "03",
+        "From Python 3.14 Linux defaults to `forkserver`",
+        "https://docs.python.org/3/library/multiprocessing.html#contexts-and-start-methods",
+    ),
+    (
+        "03",
+        "The article's arithmetic",
+        "https://towardsdatascience.com/efficient-pytorch-part-1-fe40ed5db76c",
+    ),
     ("05", "CPU (its GPU decoder, nvJPEG, is for JPEG) and augmented on the GPU", DALI),
     ("05", "decodes these PNGs on the CPU: its GPU decoder is for JPEG", DALI),
     ("05", "asserts that every output is *a* valid pad-and-crop", None),
     ("05", "L6 and L7 come from", "https://github.com/tanglang96/DataLoaders_DALI"),
-    ("06", "A token-level loss with padding or `ignore_index` averages over a different number",
-     f"{PT}/generated/torch.nn.CrossEntropyLoss.html"),
+    (
+        "06",
+        "A token-level loss with padding or `ignore_index` averages over a different number",
+        f"{PT}/generated/torch.nn.CrossEntropyLoss.html",
+    ),
     ("06", "The article's loop (William Falcon's", None),
-    ("07", "flags many of them (an experimental switch: not every synchronising call warns",
-     f"{PT}/generated/torch.cuda.set_sync_debug_mode.html"),
-    ("07", "points at many of the lines that sync, not all",
-     f"{PT}/generated/torch.cuda.set_sync_debug_mode.html"),
-    ("08", "it may reduce fragmentation in some cases", f"{PT}/generated/torch.cuda.empty_cache.html"),
-    ("08", "releases only cached blocks that hold no tensor", f"{PT}/notes/cuda.html#memory-management"),
-    ("08", "the copy overlaps compute only on a second stream", f"{PT}/notes/cuda.html#cuda-streams"),
+    (
+        "07",
+        "flags many of them (an experimental switch: not every synchronising call warns",
+        f"{PT}/generated/torch.cuda.set_sync_debug_mode.html",
+    ),
+    (
+        "07",
+        "points at many of the lines that sync, not all",
+        f"{PT}/generated/torch.cuda.set_sync_debug_mode.html",
+    ),
+    (
+        "08",
+        "it may reduce fragmentation in some cases",
+        f"{PT}/generated/torch.cuda.empty_cache.html",
+    ),
+    (
+        "08",
+        "releases only cached blocks that hold no tensor",
+        f"{PT}/notes/cuda.html#memory-management",
+    ),
+    (
+        "08",
+        "the copy overlaps compute only on a second stream",
+        f"{PT}/notes/cuda.html#cuda-streams",
+    ),
     ("08", "so a per-step loop has no use for it", f"{PT}/generated/torch.cuda.empty_cache.html"),
     ("10", "Every variant below uses the *same* optimizer (plain SGD, nothing fused)", None),
     ("11", "no CPU-GPU synchronisation inside", f"{PT}/notes/cuda.html#constraints"),
-    ("11", "private memory pool kept for the graph's replays",
-     f"{PT}/notes/cuda.html#graph-memory-management"),
-    ("16", "by default 10 minutes with NCCL and 30 with gloo",
-     f"{PT}/distributed.html#torch.distributed.init_process_group"),
+    (
+        "11",
+        "private memory pool kept for the graph's replays",
+        f"{PT}/notes/cuda.html#graph-memory-management",
+    ),
+    (
+        "16",
+        "by default 10 minutes with NCCL and 30 with gloo",
+        f"{PT}/distributed.html#torch.distributed.init_process_group",
+    ),
     ("16", "two while prefetching overlaps the next all-gather", f"{PT}/notes/fsdp.html"),
-    ("16", "and the root's, kept after forward by default", f"{PT}/distributed.fsdp.fully_shard.html"),
+    (
+        "16",
+        "and the root's, kept after forward by default",
+        f"{PT}/distributed.fsdp.fully_shard.html",
+    ),
     ("18", "reports 12.2 s per epoch on an unnamed GPU", D2L),
     ("18", "over its first `num_gpus` GPUs", D2L),
 ]
 
 
 def _flat(text: str) -> str:
-    return re.sub(r"\s+", " ", text)
+    """`text` with runs of white space as one space, and a string literal split across lines by
+    implicit concatenation ('... " "f"...') joined again: formatting must not hide a phrase."""
+    return re.sub(r"\s+", " ", re.sub(r"([\"'])\s*\n\s*[fr]?\1", "", text))
 
 
 def _cells(path: Path) -> list[str]:
-    return [_flat("".join(c["source"])) for c in json.loads(path.read_text(encoding="utf-8"))["cells"]]
+    return [
+        _flat("".join(c["source"])) for c in json.loads(path.read_text(encoding="utf-8"))["cells"]
+    ]
 
 
 CELLS = {p.name: _cells(p) for p in NOTEBOOKS}
@@ -121,7 +195,9 @@ def test_wrong_sentence_is_gone(wrong, truth):
     assert found == [], f"{found} say {wrong!r} again; true instead: {truth}"
 
 
-@pytest.mark.parametrize("prefix, phrase, url", CORRECTED, ids=[f"{p}:{s[:40]}" for p, s, _ in CORRECTED])
+@pytest.mark.parametrize(
+    "prefix, phrase, url", CORRECTED, ids=[f"{p}:{s[:40]}" for p, s, _ in CORRECTED]
+)
 def test_corrected_phrase_carries_its_source(prefix, phrase, url):
     names = [n for n in CELLS if n.startswith(prefix + "_")]
     assert len(names) == 1, f"one notebook numbered {prefix}, found {names}"

@@ -66,8 +66,12 @@ class Case:
     @property
     def id(self) -> str:
         name = getattr(self.fn, "__qualname__", repr(self.fn))
-        arg = ",".join([*(repr(a)[:20] for a in self.args),
-                        *(f"{k}={v!r}"[:24] for k, v in self.kwargs.items())])
+        arg = ",".join(
+            [
+                *(repr(a)[:20] for a in self.args),
+                *(f"{k}={v!r}"[:24] for k, v in self.kwargs.items()),
+            ]
+        )
         return f"{name}({arg})"
 
 
@@ -80,6 +84,7 @@ def case(fn: Any, exc: Any, match: str, *args: Any, **kwargs: Any) -> Case:
 def recorder(method: str):
     def call(*args: Any, **kwargs: Any) -> Any:
         return getattr(results.Recorder("sweep"), method)(*args, **kwargs)
+
     call.__qualname__ = f"Recorder.{method}"
     return call
 
@@ -87,6 +92,7 @@ def recorder(method: str):
 def measurement(median: float):
     def per_second(*args: Any, **kwargs: Any) -> Any:
         return timing.Measurement("m", median, 0.0, median, [median]).per_second(*args, **kwargs)
+
     per_second.__qualname__ = f"Measurement(median={median}).per_second"
     return per_second
 
@@ -101,9 +107,11 @@ def noop() -> None:
 
 def entered(cm_fn):
     """For context managers, whose checks run on entering."""
+
     def call(*args: Any, **kwargs: Any) -> Any:
         with cm_fn(*args, **kwargs):
             pass
+
     call.__qualname__ = f"with {cm_fn.__qualname__}"
     return call
 
@@ -118,18 +126,72 @@ CASES = [
     # --- models ----------------------------------------------------------------------------
     case(models.resnet18, ValueError, r"resnet18: width must be an int >= 1, got 0", width=0),
     case(models.resnet18, ValueError, r"resnet18: width must be an int >= 1, got -8", width=-8),
-    case(models.resnet18, ValueError, r"resnet18: num_classes must be an int >= 1, got '10'", num_classes="10"),
-    case(models.resnet18, ValueError, r"resnet18: in_channels must be an int >= 1, got 0", in_channels=0),
-    case(models.resnet18, ValueError, r"resnet18: in_channels must be an int >= 1, got True", in_channels=True),
+    case(
+        models.resnet18,
+        ValueError,
+        r"resnet18: num_classes must be an int >= 1, got '10'",
+        num_classes="10",
+    ),
+    case(
+        models.resnet18,
+        ValueError,
+        r"resnet18: in_channels must be an int >= 1, got 0",
+        in_channels=0,
+    ),
+    case(
+        models.resnet18,
+        ValueError,
+        r"resnet18: in_channels must be an int >= 1, got True",
+        in_channels=True,
+    ),
     case(models.resnet18, ValueError, r"resnet18: width must be an int >= 1, got 1.5", width=1.5),
     case(models.Residual, ValueError, r"Residual: in_channels must be an int >= 1, got 0", 0, 8),
-    case(models.Residual, ValueError, r"Residual: num_channels must be an int >= 1, got 'a'", 4, "a"),
-    case(models.Residual, ValueError, r"Residual: strides must be an int >= 1, got 0", 4, 8, strides=0),
-    case(models.peak_flops, ValueError, r"peak_flops: precision must be one of 'bf16', 'fp16', 'tf32', 'fp32', got 'int8'", "NVIDIA H100", "int8"),
-    case(models.peak_flops, TypeError, r"device_name must be a string such as 'NVIDIA H100 80GB HBM3', got 5", 5),
-    case(models.fraction_of_peak, ValueError, r"fraction_of_peak: flops_per_second must be a finite number >= 0, got -1", -1, "NVIDIA H100"),
-    case(models.training_flops_per_sample, ValueError, r"sample_shape must be positive ints like \(1, 28, 28\), got \(0,\)", torch.nn.Linear(2, 2), (0,)),
-    case(models.training_flops_per_sample, ValueError, r"training_flops_per_sample: batch must be an int >= 1, got 0", torch.nn.Linear(2, 2), (2,), batch=0),
+    case(
+        models.Residual, ValueError, r"Residual: num_channels must be an int >= 1, got 'a'", 4, "a"
+    ),
+    case(
+        models.Residual,
+        ValueError,
+        r"Residual: strides must be an int >= 1, got 0",
+        4,
+        8,
+        strides=0,
+    ),
+    case(
+        models.peak_flops,
+        ValueError,
+        r"peak_flops: precision must be one of 'bf16', 'fp16', 'tf32', 'fp32', got 'int8'",
+        "NVIDIA H100",
+        "int8",
+    ),
+    case(
+        models.peak_flops,
+        TypeError,
+        r"device_name must be a string such as 'NVIDIA H100 80GB HBM3', got 5",
+        5,
+    ),
+    case(
+        models.fraction_of_peak,
+        ValueError,
+        r"fraction_of_peak: flops_per_second must be a finite number >= 0, got -1",
+        -1,
+        "NVIDIA H100",
+    ),
+    case(
+        models.training_flops_per_sample,
+        ValueError,
+        r"sample_shape must be positive ints like \(1, 28, 28\), got \(0,\)",
+        torch.nn.Linear(2, 2),
+        (0,),
+    ),
+    case(
+        models.training_flops_per_sample,
+        ValueError,
+        r"training_flops_per_sample: batch must be an int >= 1, got 0",
+        torch.nn.Linear(2, 2),
+        (2,),
+        batch=0,
+    ),
     # --- timing ----------------------------------------------------------------------------
     case(timing.benchmark, TypeError, r"fn must be callable, got int", 5),
     case(timing.benchmark, ValueError, r"repeats must be an int >= 1, got 0", noop, repeats=0),
@@ -138,191 +200,906 @@ CASES = [
     case(timing.benchmark, ValueError, r"warmup must be an int >= 0, got -1", noop, warmup=-1),
     case(timing.benchmark, ValueError, r"number must be an int >= 1, got 0", noop, number=0),
     case(timing.benchmark, ValueError, r"number must be an int >= 1, got '3'", noop, number="3"),
-    case(timing.Timer, ValueError, r"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'tpu'", device="tpu"),
-    case(timing.Timer, TypeError, r"device must be a string \('cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'\)", device=5),
-    case(measurement(1.0), ValueError, r"per_second: items must be a finite number >= 0, got -5", -5),
-    case(measurement(1.0), ValueError, r"per_second: items must be a finite number >= 0, got '64'", "64"),
+    case(
+        timing.Timer,
+        ValueError,
+        r"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'tpu'",
+        device="tpu",
+    ),
+    case(
+        timing.Timer,
+        TypeError,
+        r"device must be a string \('cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'\)",
+        device=5,
+    ),
+    case(
+        measurement(1.0), ValueError, r"per_second: items must be a finite number >= 0, got -5", -5
+    ),
+    case(
+        measurement(1.0),
+        ValueError,
+        r"per_second: items must be a finite number >= 0, got '64'",
+        "64",
+    ),
     case(measurement(0.0), ValueError, r"median of 0.0 s, too short .*number=", 64),
     # --- plotting --------------------------------------------------------------------------
-    case(plotting.one_at_a_time, TypeError, r"one_at_a_time: fn must be a function \(the explore callback\), got int 3", 3),
-    case(plotting.bar_compare, ValueError, r"labels and values must be non-empty and the same length", [], [], unit="s"),
-    case(plotting.bar_compare, ValueError, r"labels and values must be non-empty and the same length", ["a"], [1, 2], unit="s"),
-    case(plotting.bar_compare, ValueError, r"the baseline \(first\) value must be positive", ["a", "b"], [0, 2], unit="s"),
-    case(plotting.bar_compare, TypeError, r"values\[0\] \('a'\) must be a number, got str", ["a", "b"], ["1", 2], unit="s"),
-    case(plotting.bar_compare, ValueError, r"values must be finite and >= 0; not so for \['b'\]", ["a", "b"], [1, float("nan")], unit="s"),
-    case(plotting.bar_compare, ValueError, r"values must be finite and >= 0; not so for \['b'\]", ["a", "b"], [1, -2], unit="s"),
+    case(
+        plotting.one_at_a_time,
+        TypeError,
+        r"one_at_a_time: fn must be a function \(the explore callback\), got int 3",
+        3,
+    ),
+    case(
+        plotting.bar_compare,
+        ValueError,
+        r"labels and values must be non-empty and the same length",
+        [],
+        [],
+        unit="s",
+    ),
+    case(
+        plotting.bar_compare,
+        ValueError,
+        r"labels and values must be non-empty and the same length",
+        ["a"],
+        [1, 2],
+        unit="s",
+    ),
+    case(
+        plotting.bar_compare,
+        ValueError,
+        r"the baseline \(first\) value must be positive",
+        ["a", "b"],
+        [0, 2],
+        unit="s",
+    ),
+    case(
+        plotting.bar_compare,
+        TypeError,
+        r"values\[0\] \('a'\) must be a number, got str",
+        ["a", "b"],
+        ["1", 2],
+        unit="s",
+    ),
+    case(
+        plotting.bar_compare,
+        ValueError,
+        r"values must be finite and >= 0; not so for \['b'\]",
+        ["a", "b"],
+        [1, float("nan")],
+        unit="s",
+    ),
+    case(
+        plotting.bar_compare,
+        ValueError,
+        r"values must be finite and >= 0; not so for \['b'\]",
+        ["a", "b"],
+        [1, -2],
+        unit="s",
+    ),
     case(plotting.waterfall, ValueError, r"give at least one \(label, value\) step", []),
     case(plotting.waterfall, ValueError, r"every value must be positive", [("a", 0)]),
     case(plotting.waterfall, ValueError, r"every value must be positive", [("a", 2), ("b", -1)]),
     case(plotting.waterfall, ValueError, r"steps\[0\] must be a \(label, value\) pair", [("a",)]),
-    case(plotting.waterfall, TypeError, r"value of step 'a' must be a number, got str", [("a", "x")]),
+    case(
+        plotting.waterfall, TypeError, r"value of step 'a' must be a number, got str", [("a", "x")]
+    ),
     # --- devices ---------------------------------------------------------------------------
     case(devices.try_gpu, ValueError, r"try_gpu: i must be an int >= 0, got -1", -1),
     case(devices.try_gpu, ValueError, r"i must be an int >= 0, got '0'", "0"),
-    case(devices.as_device, ValueError, r"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'tpu'", "tpu"),
-    case(devices.as_device, ValueError, r"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'gpu0'", "gpu0"),
-    case(devices.as_device, TypeError, r"device must be a string \('cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'\) or a torch.device; got float", 3.5),
-    case(devices.as_device, ValueError, r"device 'cuda:99' does not exist: this machine has \d+ cuda|no CUDA GPU", "cuda:99"),
-    case(devices.synchronize, ValueError, r"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'tpu'", "tpu"),
+    case(
+        devices.as_device,
+        ValueError,
+        r"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'tpu'",
+        "tpu",
+    ),
+    case(
+        devices.as_device,
+        ValueError,
+        r"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'gpu0'",
+        "gpu0",
+    ),
+    case(
+        devices.as_device,
+        TypeError,
+        r"device must be a string \('cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'\) "
+        r"or a torch.device; got float",
+        3.5,
+    ),
+    case(
+        devices.as_device,
+        ValueError,
+        r"device 'cuda:99' does not exist: this machine has \d+ cuda|no CUDA GPU",
+        "cuda:99",
+    ),
+    case(
+        devices.synchronize,
+        ValueError,
+        r"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'tpu'",
+        "tpu",
+    ),
     case(devices.synchronize, TypeError, r"device must be a string", 5),
     case(devices.synchronize, ValueError, r"'cuda:99' does not exist|no CUDA GPU", "cuda:99"),
-    case(devices.describe, ValueError, r"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'tpu'", "tpu"),
+    case(
+        devices.describe,
+        ValueError,
+        r"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'tpu'",
+        "tpu",
+    ),
     case(devices.capabilities, TypeError, r"device must be a string .* got float", 3.5),
-    case(devices.device_name, ValueError, r"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'tpu'", "tpu"),
-    case(devices.has_peak_memory_counter, ValueError, r"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'tpu'", "tpu"),
+    case(
+        devices.device_name,
+        ValueError,
+        r"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'tpu'",
+        "tpu",
+    ),
+    case(
+        devices.has_peak_memory_counter,
+        ValueError,
+        r"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'tpu'",
+        "tpu",
+    ),
     case(devices.memory_allocated, ValueError, r"has no allocator counter \(the CPU", "cpu"),
     case(devices.reset_peak_memory, ValueError, r"cpu has no peak-memory counter", "cpu"),
     case(devices.max_memory_allocated, ValueError, r"cpu has no peak-memory counter", "cpu"),
-    case(devices.empty_cache, ValueError, r"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'tpu'", "tpu"),
-    case(devices.capabilities, ValueError, r"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'gpu0'", "gpu0"),
-    case(devices.capabilities, ValueError, r"capability must be a \(major, minor\) pair of ints such as \(8, 0\), got 7.5",
-         described={"kind": "cuda", "name": "T4", "memory_gib": 16.0, "capability": 7.5}),
-    case(devices.capabilities, ValueError, r"capability must be a \(major, minor\) pair .* got \(8, '0'\)",
-         described={"kind": "cuda", "name": "A100", "memory_gib": 80.0, "capability": (8, "0")}),
-    case(devices.capabilities, ValueError, r"capabilities: kind must be one of 'cpu', 'cuda', 'mps', 'xpu', got 'tpu'",
-         described={"kind": "tpu", "name": "TPU v4", "memory_gib": 32.0}),
-    case(devices.capabilities, ValueError, r"described must be a dict like describe\(\)'s; it lacks \['memory_gib'\]",
-         described={"kind": "cpu", "name": "x"}),
-    case(devices.capabilities("cpu").ok, ValueError, r"Capabilities.ok: what must be one of 'gpu', 'bf16'.*, got 'bf61'", "bf61"),
-    case(devices.describe_hardware, ValueError, r"summary must be hardware_summary\(\)'s dict; it lacks all: a int", 5),
+    case(
+        devices.empty_cache,
+        ValueError,
+        r"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'tpu'",
+        "tpu",
+    ),
+    case(
+        devices.capabilities,
+        ValueError,
+        r"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'gpu0'",
+        "gpu0",
+    ),
+    case(
+        devices.capabilities,
+        ValueError,
+        r"capability must be a \(major, minor\) pair of ints such as \(8, 0\), got 7.5",
+        described={"kind": "cuda", "name": "T4", "memory_gib": 16.0, "capability": 7.5},
+    ),
+    case(
+        devices.capabilities,
+        ValueError,
+        r"capability must be a \(major, minor\) pair .* got \(8, '0'\)",
+        described={"kind": "cuda", "name": "A100", "memory_gib": 80.0, "capability": (8, "0")},
+    ),
+    case(
+        devices.capabilities,
+        ValueError,
+        r"capabilities: kind must be one of 'cpu', 'cuda', 'mps', 'xpu', got 'tpu'",
+        described={"kind": "tpu", "name": "TPU v4", "memory_gib": 32.0},
+    ),
+    case(
+        devices.capabilities,
+        ValueError,
+        r"described must be a dict like describe\(\)'s; it lacks \['memory_gib'\]",
+        described={"kind": "cpu", "name": "x"},
+    ),
+    case(
+        devices.capabilities("cpu").ok,
+        ValueError,
+        r"Capabilities.ok: what must be one of 'gpu', 'bf16'.*, got 'bf61'",
+        "bf61",
+    ),
+    case(
+        devices.describe_hardware,
+        ValueError,
+        r"summary must be hardware_summary\(\)'s dict; it lacks all: a int",
+        5,
+    ),
     case(devices.describe_hardware, ValueError, r"it lacks \[.*'ram_gib'.*\]", {"cpu": "x"}),
     case(devices.share, ValueError, r"share: processes must be an int >= 1, got 0", 0),
-    case(devices.free_cores, ValueError, r"free_cores: window must be a positive finite number, got 0", 0),
-    *([case(devices.as_device, ValueError, r"device 'cuda' asked for, but this machine has no CUDA GPU", "cuda"),
-       case(devices.device_name, ValueError, r"no CUDA GPU", "cuda:0")] if NO_GPU else []),
+    case(
+        devices.free_cores,
+        ValueError,
+        r"free_cores: window must be a positive finite number, got 0",
+        0,
+    ),
+    *(
+        [
+            case(
+                devices.as_device,
+                ValueError,
+                r"device 'cuda' asked for, but this machine has no CUDA GPU",
+                "cuda",
+            ),
+            case(devices.device_name, ValueError, r"no CUDA GPU", "cuda:0"),
+        ]
+        if NO_GPU
+        else []
+    ),
     # --- data ------------------------------------------------------------------------------
-    case(data.load, ValueError, r"unknown data set 'imagenet': valid names are fashion-mnist, cifar10", "imagenet"),
+    case(
+        data.load,
+        ValueError,
+        r"unknown data set 'imagenet': valid names are fashion-mnist, cifar10",
+        "imagenet",
+    ),
     case(data.load, ValueError, r"unknown data set 5: valid names are fashion-mnist, cifar10", 5),
-    case(data.load, ValueError, r"source must be one of 'auto', 'real', 'synthetic', got 'web'", "cifar10", source="web"),
-    case(data.load, TypeError, r"train must be True \(training split\) or False \(test split\); got 'yes'", "cifar10", train="yes"),
-    case(data.load, TypeError, r"transform must be callable .* or None; got 5", "fashion-mnist", transform=5),
-    case(data.load, TypeError, r"root must be a folder path \(str or Path\) or None; got int", "fashion-mnist", root=7),
-    case(data.fashion_mnist, ValueError, r"source must be one of 'auto', 'real', 'synthetic', got 'x'", source="x"),
+    case(
+        data.load,
+        ValueError,
+        r"source must be one of 'auto', 'real', 'synthetic', got 'web'",
+        "cifar10",
+        source="web",
+    ),
+    case(
+        data.load,
+        TypeError,
+        r"train must be True \(training split\) or False \(test split\); got 'yes'",
+        "cifar10",
+        train="yes",
+    ),
+    case(
+        data.load,
+        TypeError,
+        r"transform must be callable .* or None; got 5",
+        "fashion-mnist",
+        transform=5,
+    ),
+    case(
+        data.load,
+        TypeError,
+        r"root must be a folder path \(str or Path\) or None; got int",
+        "fashion-mnist",
+        root=7,
+    ),
+    case(
+        data.fashion_mnist,
+        ValueError,
+        r"source must be one of 'auto', 'real', 'synthetic', got 'x'",
+        source="x",
+    ),
     case(data.cifar10, TypeError, r"train must be True .* got 1", 1),
     case(data.describe, TypeError, r"ds must be a data set from helpers.data.load\(\), got int", 5),
-    case(data.as_tensors, TypeError, r"ds must be a data set from helpers.data.load\(\) .* got list", [1, 2]),
-    case(data.diagnose, ValueError, r"unknown data set 'mnist': valid names are fashion-mnist, cifar10", "mnist", "."),
-    case(data.diagnose, TypeError, r"root must be a folder path \(str or Path\) or None; got int", "cifar10", 5),
+    case(
+        data.as_tensors,
+        TypeError,
+        r"ds must be a data set from helpers.data.load\(\) .* got list",
+        [1, 2],
+    ),
+    case(
+        data.diagnose,
+        ValueError,
+        r"unknown data set 'mnist': valid names are fashion-mnist, cifar10",
+        "mnist",
+        ".",
+    ),
+    case(
+        data.diagnose,
+        TypeError,
+        r"root must be a folder path \(str or Path\) or None; got int",
+        "cifar10",
+        5,
+    ),
     case(data.online, ValueError, r"url must be an http\(s\) URL string .* got 5", 5),
-    case(data.online, ValueError, r"url must be an http\(s\) URL string .* got 'not a url'", "not a url"),
-    case(data.online, ValueError, r"online: timeout must be a positive finite number of seconds, got 0", "https://example.org/", timeout=0),
+    case(
+        data.online,
+        ValueError,
+        r"url must be an http\(s\) URL string .* got 'not a url'",
+        "not a url",
+    ),
+    case(
+        data.online,
+        ValueError,
+        r"online: timeout must be a positive finite number of seconds, got 0",
+        "https://example.org/",
+        timeout=0,
+    ),
     # --- synthetic -------------------------------------------------------------------------
     case(synthetic.class_images, ValueError, r"class_images: n " + POSITIVE + r", got 0", 0, 8, 8),
-    case(synthetic.class_images, ValueError, r"class_images: n " + POSITIVE + r", got -3", -3, 8, 8),
+    case(
+        synthetic.class_images, ValueError, r"class_images: n " + POSITIVE + r", got -3", -3, 8, 8
+    ),
     case(synthetic.class_images, ValueError, r"height " + POSITIVE + r", got 0", 4, 0, 8),
     case(synthetic.class_images, ValueError, r"width " + POSITIVE + r", got -1", 4, 8, -1),
     case(synthetic.class_images, ValueError, r"height " + POSITIVE + r", got '8'", 4, "8", 8),
     case(synthetic.class_images, ValueError, r"channels " + POSITIVE + r", got 0", 4, 8, 8, 0),
-    case(synthetic.class_images, ValueError, r"num_classes " + POSITIVE + r", got 0", 4, 8, 8, num_classes=0),
-    case(synthetic.class_images, ValueError, r"noise must be a number >= 0 .* got -1", 4, 8, 8, noise=-1),
-    case(synthetic.class_images, ValueError, r"label_noise must be in \[0, 1\), got 2", 4, 8, 8, label_noise=2),
-    case(synthetic.write_fashion_mnist, ValueError, r"n_train " + POSITIVE + r", got 0", "unused", n_train=0),
-    case(synthetic.write_cifar10, ValueError, r"n_test " + POSITIVE + r", got -5", "unused", n_test=-5),
-    case(synthetic.write_cifar10, ValueError, r"n_train must be an int >= 5, got 3", "unused", n_train=3),
-    case(synthetic.write_image_folder, ValueError, r"write_image_folder: fmt must be one of 'png', 'jpeg', got 'gif'", "unused", UINT8_1, np.array([0]), ["a"], fmt="gif"),
-    case(synthetic.write_image_folder, ValueError, r"labels must be in 0..0 .* got 3..3", "unused", UINT8_1, np.array([3]), ["a"]),
-    case(synthetic.write_image_folder, ValueError, r"labels must hold one label per image \(2\)", "unused", np.zeros((2, 4, 4, 1), np.uint8), np.array([0]), ["a"]),
-    case(synthetic.write_image_folder, ValueError, r"images must be uint8 of shape \(N, H, W, 1 or 3\), got float32", "unused", UINT8_1.astype(np.float32), np.array([0]), ["a"]),
-    case(synthetic.write_image_folder, ValueError, r"classes must be a non-empty list of names", "unused", UINT8_1, np.array([0]), []),
-    case(synthetic.write_image_folder, ValueError, r"quality must be an int in 1..95, got 0", "unused", UINT8_1, np.array([0]), ["a"], fmt="jpeg", quality=0),
+    case(
+        synthetic.class_images,
+        ValueError,
+        r"num_classes " + POSITIVE + r", got 0",
+        4,
+        8,
+        8,
+        num_classes=0,
+    ),
+    case(
+        synthetic.class_images,
+        ValueError,
+        r"noise must be a number >= 0 .* got -1",
+        4,
+        8,
+        8,
+        noise=-1,
+    ),
+    case(
+        synthetic.class_images,
+        ValueError,
+        r"label_noise must be in \[0, 1\), got 2",
+        4,
+        8,
+        8,
+        label_noise=2,
+    ),
+    case(
+        synthetic.write_fashion_mnist,
+        ValueError,
+        r"n_train " + POSITIVE + r", got 0",
+        "unused",
+        n_train=0,
+    ),
+    case(
+        synthetic.write_cifar10,
+        ValueError,
+        r"n_test " + POSITIVE + r", got -5",
+        "unused",
+        n_test=-5,
+    ),
+    case(
+        synthetic.write_cifar10,
+        ValueError,
+        r"n_train must be an int >= 5, got 3",
+        "unused",
+        n_train=3,
+    ),
+    case(
+        synthetic.write_image_folder,
+        ValueError,
+        r"write_image_folder: fmt must be one of 'png', 'jpeg', got 'gif'",
+        "unused",
+        UINT8_1,
+        np.array([0]),
+        ["a"],
+        fmt="gif",
+    ),
+    case(
+        synthetic.write_image_folder,
+        ValueError,
+        r"labels must be in 0..0 .* got 3..3",
+        "unused",
+        UINT8_1,
+        np.array([3]),
+        ["a"],
+    ),
+    case(
+        synthetic.write_image_folder,
+        ValueError,
+        r"labels must hold one label per image \(2\)",
+        "unused",
+        np.zeros((2, 4, 4, 1), np.uint8),
+        np.array([0]),
+        ["a"],
+    ),
+    case(
+        synthetic.write_image_folder,
+        ValueError,
+        r"images must be uint8 of shape \(N, H, W, 1 or 3\), got float32",
+        "unused",
+        UINT8_1.astype(np.float32),
+        np.array([0]),
+        ["a"],
+    ),
+    case(
+        synthetic.write_image_folder,
+        ValueError,
+        r"classes must be a non-empty list of names",
+        "unused",
+        UINT8_1,
+        np.array([0]),
+        [],
+    ),
+    case(
+        synthetic.write_image_folder,
+        ValueError,
+        r"quality must be an int in 1..95, got 0",
+        "unused",
+        UINT8_1,
+        np.array([0]),
+        ["a"],
+        fmt="jpeg",
+        quality=0,
+    ),
     # --- profiles --------------------------------------------------------------------------
-    case(profiles.active, ValueError, r"profile \(or \$FTG_PROFILE\) must be one of 'smoke', 'full', 'auto', got 'fast'", "fast"),
-    case(profiles.active, TypeError, r"profile must be a string, one of smoke, full, auto; got 5", 5),
-    case(profiles.choose, ValueError, r"profile \(or \$FTG_PROFILE\) must be one of .* got 'fast'", "fast"),
-    case(profiles.active, ValueError, r"profile \(or \$FTG_PROFILE\) must be one of 'smoke', 'full', 'auto', got 'tiny'", "tiny"),
+    case(
+        profiles.active,
+        ValueError,
+        r"profile \(or \$FTG_PROFILE\) must be one of 'smoke', 'full', 'auto', got 'fast'",
+        "fast",
+    ),
+    case(
+        profiles.active, TypeError, r"profile must be a string, one of smoke, full, auto; got 5", 5
+    ),
+    case(
+        profiles.choose,
+        ValueError,
+        r"profile \(or \$FTG_PROFILE\) must be one of .* got 'fast'",
+        "fast",
+    ),
+    case(
+        profiles.active,
+        ValueError,
+        r"profile \(or \$FTG_PROFILE\) must be one of 'smoke', 'full', 'auto', got 'tiny'",
+        "tiny",
+    ),
     case(profiles.Profile, ValueError, r"name must be one of smoke, full .* got 'fast'", "fast"),
     case(profiles.Profile, ValueError, r"name must be one of smoke, full .* got 'auto'", "auto"),
     # --- results ---------------------------------------------------------------------------
-    case(results.Recorder, ValueError, r"notebook must be a non-empty file name like '02_data_loading'", ""),
+    case(
+        results.Recorder,
+        ValueError,
+        r"notebook must be a non-empty file name like '02_data_loading'",
+        "",
+    ),
     case(results.Recorder, ValueError, r"notebook must be a non-empty file name .* got 5", 5),
     case(results.Recorder, ValueError, r"no folders\); got '../escape'", "../escape"),
-    case(results.Recorder, TypeError, r"profile must be a Profile, a profile name such as 'smoke' or 'full', or None; got 5", "x", profile=5),
-    case(results.Recorder, TypeError, r"profile must be a Profile, a profile name .* got ''", "x", profile=""),
-    case(recorder("judge"), ValueError, r"unknown claim 'L99'; valid ids are L1 ... L23", "L99", figure="1x"),
+    case(
+        results.Recorder,
+        TypeError,
+        r"profile must be a Profile, a profile name such as 'smoke' or 'full', or None; got 5",
+        "x",
+        profile=5,
+    ),
+    case(
+        results.Recorder,
+        TypeError,
+        r"profile must be a Profile, a profile name .* got ''",
+        "x",
+        profile="",
+    ),
+    case(
+        recorder("judge"),
+        ValueError,
+        r"unknown claim 'L99'; valid ids are L1 ... L23",
+        "L99",
+        figure="1x",
+    ),
     case(recorder("judge"), ValueError, r"unknown claim 3", 3, figure="1x"),
-    case(recorder("judge"), TypeError, r"judge\('L10'\): the rule compares time of .*unexpected keyword", "L10", figure="1x", speed=2),
-    case(recorder("judge"), ValueError, r"figure must be the measured figure behind it", "L5", figure="", gain=2.0),
+    case(
+        recorder("judge"),
+        TypeError,
+        r"judge\('L10'\): the rule compares time of .*unexpected keyword",
+        "L10",
+        figure="1x",
+        speed=2,
+    ),
+    case(
+        recorder("judge"),
+        ValueError,
+        r"figure must be the measured figure behind it",
+        "L5",
+        figure="",
+        gain=2.0,
+    ),
     case(recorder("measure"), ValueError, r"value for 'a' is NaN", "a", float("nan"), "s"),
-    case(recorder("measure"), TypeError, r"value for 'a' must be a number, got 'fast'", "a", "fast", "s"),
-    case(recorder("measure"), ValueError, r"unit must be a string such as 's' or 'samples/s', got 5", "a", 1, 5),
+    case(
+        recorder("measure"),
+        TypeError,
+        r"value for 'a' must be a number, got 'fast'",
+        "a",
+        "fast",
+        "s",
+    ),
+    case(
+        recorder("measure"),
+        ValueError,
+        r"unit must be a string such as 's' or 'samples/s', got 5",
+        "a",
+        1,
+        5,
+    ),
     case(recorder("measure"), ValueError, r"name must be a non-empty string", "", 1, "s"),
-    case(recorder("measure"), TypeError, r"ratio for 'a' must be a number or None, got 'x'", "a", 1, "s", ratio="x"),
-    case(recorder("data_source"), ValueError, r"dataset must be a non-empty name like 'cifar10'", "", synthetic=True),
+    case(
+        recorder("measure"),
+        TypeError,
+        r"ratio for 'a' must be a number or None, got 'x'",
+        "a",
+        1,
+        "s",
+        ratio="x",
+    ),
+    case(
+        recorder("data_source"),
+        ValueError,
+        r"dataset must be a non-empty name like 'cifar10'",
+        "",
+        synthetic=True,
+    ),
     case(recorder("figure"), TypeError, r"fig must be a matplotlib Figure, got int", 5, "curve"),
-    case(recorder("figure"), ValueError, r"name must be a short file name .* got ''", plt.figure, ""),
-    case(recorder("figure"), ValueError, r"name must be a short file name .* got 'a/b'", plt.figure, "a/b"),
+    case(
+        recorder("figure"), ValueError, r"name must be a short file name .* got ''", plt.figure, ""
+    ),
+    case(
+        recorder("figure"),
+        ValueError,
+        r"name must be a short file name .* got 'a/b'",
+        plt.figure,
+        "a/b",
+    ),
     # --- report ----------------------------------------------------------------------------
-    case(report.build, TypeError, r"results must be a list of result dicts, as results.load_all\(\) returns", 5),
+    case(
+        report.build,
+        TypeError,
+        r"results must be a list of result dicts, as results.load_all\(\) returns",
+        5,
+    ),
     case(report.build, TypeError, r"results must be a list of result dicts", [{"no": "notebook"}]),
-    case(report.render, ValueError, r"report.render: fmt must be one of 'md', 'html', got 'pdf'", {}, fmt="pdf"),
-    case(report.render_notebooks, FileNotFoundError, r"notebooks_dir .*nope is not a folder of executed notebooks", "/nonexistent/nope"),
-    case(report.write, FileNotFoundError, r"build_dir .*does-not-exist does not exist; run the notebooks first", "/nonexistent/does-not-exist"),
+    case(
+        report.render,
+        ValueError,
+        r"report.render: fmt must be one of 'md', 'html', got 'pdf'",
+        {},
+        fmt="pdf",
+    ),
+    case(
+        report.render_notebooks,
+        FileNotFoundError,
+        r"notebooks_dir .*nope is not a folder of executed notebooks",
+        "/nonexistent/nope",
+    ),
+    case(
+        report.write,
+        FileNotFoundError,
+        r"build_dir .*does-not-exist does not exist; run the notebooks first",
+        "/nonexistent/does-not-exist",
+    ),
     # --- diagnose: data wait ---------------------------------------------------------------------
-    case(diagnose.DataWaitMeter, ValueError, r"sync_every must be an int >= 1, got 0", [], sync_every=0),
-    case(diagnose.DataWaitMeter, ValueError, r"sync_every must be an int >= 1, got -2", [], sync_every=-2),
-    case(diagnose.DataWaitMeter, TypeError, r"iterable must be iterable \(a DataLoader.*got int", 5),
-    case(diagnose.DataWaitMeter, ValueError, r"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'tpu'", [1], device="tpu"),
-    case(diagnose.wait_verdict, ValueError, r"wait_verdict: wait_fraction must be a fraction in \[0, 1\], got 1.5", 1.5),
+    case(
+        diagnose.DataWaitMeter,
+        ValueError,
+        r"sync_every must be an int >= 1, got 0",
+        [],
+        sync_every=0,
+    ),
+    case(
+        diagnose.DataWaitMeter,
+        ValueError,
+        r"sync_every must be an int >= 1, got -2",
+        [],
+        sync_every=-2,
+    ),
+    case(
+        diagnose.DataWaitMeter, TypeError, r"iterable must be iterable \(a DataLoader.*got int", 5
+    ),
+    case(
+        diagnose.DataWaitMeter,
+        ValueError,
+        r"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'tpu'",
+        [1],
+        device="tpu",
+    ),
+    case(
+        diagnose.wait_verdict,
+        ValueError,
+        r"wait_verdict: wait_fraction must be a fraction in \[0, 1\], got 1.5",
+        1.5,
+    ),
     # --- suite -----------------------------------------------------------------------------
-    case(runner.main, ValueError, r"profile \(or \$FTG_PROFILE\) must be one of 'smoke', 'full', 'auto', got 'fast'", ["--profile", "fast"]),
-    case(runner.choose_profile, ValueError, r"profile \(or \$FTG_PROFILE\) must be one of 'smoke', 'full', 'auto', got 'fast'", "fast"),
-    case(runner.notebook_paths, ValueError, r"pattern must be a glob of notebook names .* got ''", ""),
-    case(runner.execute, ValueError, r"execute: timeout \(seconds per cell\) must be an int >= 1, got 0", Path("x.ipynb"), Path("out"), 0),
-    case(runner.execute, FileNotFoundError, r"nb_path .*missing.ipynb is not a notebook file", Path("/nonexistent/missing.ipynb"), Path("out"), 10),
-    case(runner.save_reference, FileNotFoundError, r"save_reference: no result files in /nonexistent/results; run the notebooks first", Path("/nonexistent/results")),
+    case(
+        runner.main,
+        ValueError,
+        r"profile \(or \$FTG_PROFILE\) must be one of 'smoke', 'full', 'auto', got 'fast'",
+        ["--profile", "fast"],
+    ),
+    case(
+        runner.choose_profile,
+        ValueError,
+        r"profile \(or \$FTG_PROFILE\) must be one of 'smoke', 'full', 'auto', got 'fast'",
+        "fast",
+    ),
+    case(
+        runner.notebook_paths, ValueError, r"pattern must be a glob of notebook names .* got ''", ""
+    ),
+    case(
+        runner.execute,
+        ValueError,
+        r"execute: timeout \(seconds per cell\) must be an int >= 1, got 0",
+        Path("x.ipynb"),
+        Path("out"),
+        0,
+    ),
+    case(
+        runner.execute,
+        FileNotFoundError,
+        r"nb_path .*missing.ipynb is not a notebook file",
+        Path("/nonexistent/missing.ipynb"),
+        Path("out"),
+        10,
+    ),
+    case(
+        runner.save_reference,
+        FileNotFoundError,
+        r"save_reference: no result files in /nonexistent/results; run the notebooks first",
+        Path("/nonexistent/results"),
+    ),
     # --- catalog ---------------------------------------------------------------------------
-    case(catalog.load, FileNotFoundError, r"catalog: path .*nothere.toml is not a file", "/nonexistent/nothere.toml"),
-    case(catalog.runtime_table, TypeError, r"entries must be the list of dicts catalog.load\(\) returns", 5),
-    case(catalog.runtime_table, TypeError, r"entries must be the list of dicts", [{"title": "no file"}]),
+    case(
+        catalog.load,
+        FileNotFoundError,
+        r"catalog: path .*nothere.toml is not a file",
+        "/nonexistent/nothere.toml",
+    ),
+    case(
+        catalog.runtime_table,
+        TypeError,
+        r"entries must be the list of dicts catalog.load\(\) returns",
+        5,
+    ),
+    case(
+        catalog.runtime_table,
+        TypeError,
+        r"entries must be the list of dicts",
+        [{"title": "no file"}],
+    ),
     case(catalog.render_readme, ValueError, r"the README must hold the markers", "text", []),
-    case(catalog.claim_notebooks, TypeError, r"claim_notebooks: entries must be the list of dicts catalog.load\(\) returns", 5),
-    case(catalog.claim_notebooks, ValueError, r"'01_x.ipynb' lists unknown claim\(s\) \['L0'\]",
-         [{"file": "01_x.ipynb", "claims": ["L0"]}]),
+    case(
+        catalog.claim_notebooks,
+        TypeError,
+        r"claim_notebooks: entries must be the list of dicts catalog.load\(\) returns",
+        5,
+    ),
+    case(
+        catalog.claim_notebooks,
+        ValueError,
+        r"'01_x.ipynb' lists unknown claim\(s\) \['L0'\]",
+        [{"file": "01_x.ipynb", "claims": ["L0"]}],
+    ),
     # --- pipelines (notebooks 03-05) --------------------------------------------------------
-    case(pipelines.prepare_image_folder, ValueError, r"prepare_image_folder: fmt must be one of 'png', 'jpeg', got 'gif'", 8, fmt="gif"),
+    case(
+        pipelines.prepare_image_folder,
+        ValueError,
+        r"prepare_image_folder: fmt must be one of 'png', 'jpeg', got 'gif'",
+        8,
+        fmt="gif",
+    ),
     case(pipelines.prepare_image_folder, ValueError, r"n must be an int >= 1, got 0", 0),
-    case(pipelines.image_folder, FileNotFoundError, r"root: the image folder '/nonexistent/q' does not exist", "/nonexistent/q"),
-    case(pipelines.PerSampleTensorDataset, ValueError, r"x must be a uint8 tensor of shape \(N, C, H, W\)", X4.float(), Y4),
-    case(pipelines.PerSampleTensorDataset, ValueError, r"x and y must have the same length, got 4 and 2", X4, Y4[:2]),
+    case(
+        pipelines.image_folder,
+        FileNotFoundError,
+        r"root: the image folder '/nonexistent/q' does not exist",
+        "/nonexistent/q",
+    ),
+    case(
+        pipelines.PerSampleTensorDataset,
+        ValueError,
+        r"x must be a uint8 tensor of shape \(N, C, H, W\)",
+        X4.float(),
+        Y4,
+    ),
+    case(
+        pipelines.PerSampleTensorDataset,
+        ValueError,
+        r"x and y must have the same length, got 4 and 2",
+        X4,
+        Y4[:2],
+    ),
     case(entered(devices.cpu_threads), ValueError, r"cpu_threads: n must be an int >= 1, got 0", 0),
     case(pipelines.cifar_train_transform, ValueError, r"crop must be an int >= 1, got 0", crop=0),
     case(pipelines.tensor_train_transform, ValueError, r"crop must be an int >= 1, got 0", crop=0),
     case(pipelines.tensor_train_transform, ValueError, r"pad must be an int >= 0, got -1", pad=-1),
-    # --- data.TensorBatches, pipelines' worker memory, models.small_cnn ------------------------------------------
-    case(data.TensorBatches, ValueError, r"TensorBatches: batch_size must be an int >= 1, got 0", X4, Y4, 0, device="cpu"),
-    case(data.TensorBatches, ValueError, r"TensorBatches: x must be a uint8 tensor of shape \(N, C, H, W\)", X4.float(), Y4, 2),
-    case(data.TensorBatches, ValueError, r"TensorBatches: y must be a tensor with one label per image \(4\)", X4, Y4[:1], 2),
-    case(data.TensorBatches, ValueError, r"TensorBatches: mode must be one of 'device', 'memory', got 'disk'", X4, Y4, 2, mode="disk", device="cpu"),
-    case(data.TensorBatches, ValueError, r"TensorBatches: device must be .*got 'tpu'", X4, Y4, 2, device="tpu"),
-    case(pipelines.WorkerMemorySampler, ValueError, r"WorkerMemorySampler: interval must be a positive finite number of seconds, got 0", interval=0),
+    # --- data.TensorBatches, pipelines' worker memory, models.small_cnn ----------------------
+    case(
+        data.TensorBatches,
+        ValueError,
+        r"TensorBatches: batch_size must be an int >= 1, got 0",
+        X4,
+        Y4,
+        0,
+        device="cpu",
+    ),
+    case(
+        data.TensorBatches,
+        ValueError,
+        r"TensorBatches: x must be a uint8 tensor of shape \(N, C, H, W\)",
+        X4.float(),
+        Y4,
+        2,
+    ),
+    case(
+        data.TensorBatches,
+        ValueError,
+        r"TensorBatches: y must be a tensor with one label per image \(4\)",
+        X4,
+        Y4[:1],
+        2,
+    ),
+    case(
+        data.TensorBatches,
+        ValueError,
+        r"TensorBatches: mode must be one of 'device', 'memory', got 'disk'",
+        X4,
+        Y4,
+        2,
+        mode="disk",
+        device="cpu",
+    ),
+    case(
+        data.TensorBatches,
+        ValueError,
+        r"TensorBatches: device must be .*got 'tpu'",
+        X4,
+        Y4,
+        2,
+        device="tpu",
+    ),
+    case(
+        pipelines.WorkerMemorySampler,
+        ValueError,
+        r"WorkerMemorySampler: interval must be a positive finite number of seconds, got 0",
+        interval=0,
+    ),
     case(models.small_cnn, ValueError, r"small_cnn: width must be an int >= 1, got 0", width=0),
     # --- training, memory, launch (notebooks 06-18) --------------------------------------------
-    case(training.train, ValueError, r"train: lr_schedule must be one of 'constant', 'linear-decay', 'one-cycle', got 'cosine'",
-         torch.nn.Linear(2, 2), [], lr_schedule="cosine", device="cpu"),
-    case(training.evaluate, ValueError, r"evaluate: data_iter gave no batches", torch.nn.Linear(2, 2), [], device="cpu"),
-    case(training.peak_step_bytes, ValueError, r"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'tpu'", noop, "tpu"),
-    case(launch.run, FileNotFoundError, r"run: script '/nonexistent/train.py' is not a file", "/nonexistent/train.py"),
+    case(
+        training.train,
+        ValueError,
+        r"train: lr_schedule must be one of 'constant', 'linear-decay', 'one-cycle', got 'cosine'",
+        torch.nn.Linear(2, 2),
+        [],
+        lr_schedule="cosine",
+        device="cpu",
+    ),
+    case(
+        training.evaluate,
+        ValueError,
+        r"evaluate: data_iter gave no batches",
+        torch.nn.Linear(2, 2),
+        [],
+        device="cpu",
+    ),
+    case(
+        training.peak_step_bytes,
+        ValueError,
+        r"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'tpu'",
+        noop,
+        "tpu",
+    ),
+    case(
+        launch.run,
+        FileNotFoundError,
+        r"run: script '/nonexistent/train.py' is not a file",
+        "/nonexistent/train.py",
+    ),
     case(launch.run, ValueError, r"run: nprocs must be an int >= 1, got 0", __file__, nprocs=0),
-    case(launch.run, ValueError, r"run: timeout must be a positive finite number of seconds, got 0", __file__, timeout=0),
+    case(
+        launch.run,
+        ValueError,
+        r"run: timeout must be a positive finite number of seconds, got 0",
+        __file__,
+        timeout=0,
+    ),
     # --- non-finite numbers, devices that are not there, process lifetimes ------------------
-    case(training.train, ValueError, r"train: lr must be a positive finite number, got nan", torch.nn.Linear(2, 2), [], lr=float("nan"), device="cpu"),
-    case(training.train, ValueError, r"train: lr must be a positive finite number, got inf", torch.nn.Linear(2, 2), [], lr=float("inf"), device="cpu"),
-    case(training.train, ValueError, r"train: steps_per_epoch must be an int >= 1 or None, got 0", torch.nn.Linear(2, 2), [], steps_per_epoch=0, device="cpu"),
-    case(training.train, ValueError, r"train: train_iter gave no batches", torch.nn.Linear(2, 2), [], steps_per_epoch=1, device="cpu", progress=False),
-    case(recorder("measure"), ValueError, r"value for 'a' is infinite \(inf\)", "a", float("inf"), "s"),
-    case(recorder("measure"), ValueError, r"value for 'a' is infinite \(-inf\)", "a", float("-inf"), "s"),
-    case(recorder("measure"), ValueError, r"ratio for 'a' must be finite, got inf", "a", 1, "s", ratio=float("inf")),
-    case(recorder("measure"), ValueError, r"seconds for 'a' must be finite, got nan", "a", 1, "s", seconds=float("nan")),
-    case(synthetic.cifar10_checksums, ValueError, r"n_train and n_test must be at most 50000 and 10000", 60000, 10),
-    *([case(training.evaluate, ValueError, r"device 'cuda' asked for, but this machine has no CUDA GPU",
-            models.small_cnn(), [(X4, Y4)], device="cuda")] if NO_GPU else []),
-    case(diagnose.StepWindow, ValueError, r"StepWindow: warmup must be an int >= 1, got 0", warmup=0),
-    case(diagnose.StepWindow, ValueError, r"StepWindow: steps must be an int >= 1, got 2.5", steps=2.5),
-    case(capstone.measure, ValueError, r"'c' compiles; time at least 3 epochs",
-         capstone.Recipe("c", data="device", compile={}), noop, n_train=8, device="cpu", epochs=2),
-    case(capstone.measure, ValueError, r"measure: busy_steps must be an int >= 0, got -1",
-         capstone.Recipe("r"), noop, n_train=8, device="cpu", busy_steps=-1),
-    case(capstone.Recipe, ValueError, r"Recipe: precision must be one of 'fp32', 'bf16', got 'fp16'", "r", precision="fp16"),
+    case(
+        training.train,
+        ValueError,
+        r"train: lr must be a positive finite number, got nan",
+        torch.nn.Linear(2, 2),
+        [],
+        lr=float("nan"),
+        device="cpu",
+    ),
+    case(
+        training.train,
+        ValueError,
+        r"train: lr must be a positive finite number, got inf",
+        torch.nn.Linear(2, 2),
+        [],
+        lr=float("inf"),
+        device="cpu",
+    ),
+    case(
+        training.train,
+        ValueError,
+        r"train: steps_per_epoch must be an int >= 1 or None, got 0",
+        torch.nn.Linear(2, 2),
+        [],
+        steps_per_epoch=0,
+        device="cpu",
+    ),
+    case(
+        training.train,
+        ValueError,
+        r"train: train_iter gave no batches",
+        torch.nn.Linear(2, 2),
+        [],
+        steps_per_epoch=1,
+        device="cpu",
+        progress=False,
+    ),
+    case(
+        recorder("measure"),
+        ValueError,
+        r"value for 'a' is infinite \(inf\)",
+        "a",
+        float("inf"),
+        "s",
+    ),
+    case(
+        recorder("measure"),
+        ValueError,
+        r"value for 'a' is infinite \(-inf\)",
+        "a",
+        float("-inf"),
+        "s",
+    ),
+    case(
+        recorder("measure"),
+        ValueError,
+        r"ratio for 'a' must be finite, got inf",
+        "a",
+        1,
+        "s",
+        ratio=float("inf"),
+    ),
+    case(
+        recorder("measure"),
+        ValueError,
+        r"seconds for 'a' must be finite, got nan",
+        "a",
+        1,
+        "s",
+        seconds=float("nan"),
+    ),
+    case(
+        synthetic.cifar10_checksums,
+        ValueError,
+        r"n_train and n_test must be at most 50000 and 10000",
+        60000,
+        10,
+    ),
+    *(
+        [
+            case(
+                training.evaluate,
+                ValueError,
+                r"device 'cuda' asked for, but this machine has no CUDA GPU",
+                models.small_cnn(),
+                [(X4, Y4)],
+                device="cuda",
+            )
+        ]
+        if NO_GPU
+        else []
+    ),
+    case(
+        diagnose.StepWindow, ValueError, r"StepWindow: warmup must be an int >= 1, got 0", warmup=0
+    ),
+    case(
+        diagnose.StepWindow,
+        ValueError,
+        r"StepWindow: steps must be an int >= 1, got 2.5",
+        steps=2.5,
+    ),
+    case(
+        capstone.measure,
+        ValueError,
+        r"'c' compiles; time at least 3 epochs",
+        capstone.Recipe("c", data="device", compile={}),
+        noop,
+        n_train=8,
+        device="cpu",
+        epochs=2,
+    ),
+    case(
+        capstone.measure,
+        ValueError,
+        r"measure: busy_steps must be an int >= 0, got -1",
+        capstone.Recipe("r"),
+        noop,
+        n_train=8,
+        device="cpu",
+        busy_steps=-1,
+    ),
+    case(
+        capstone.Recipe,
+        ValueError,
+        r"Recipe: precision must be one of 'fp32', 'bf16', got 'fp16'",
+        "r",
+        precision="fp16",
+    ),
     # --- later notebooks' modules: one line per case, e.g.
     # case(training.fit, ValueError, r"epochs must be an int >= 1", net, loader, epochs=0),
 ]
@@ -342,22 +1119,54 @@ def test_bad_input_gives_a_clear_error(c: Case, tmp_path, monkeypatch):
 
 def test_the_sweep_covers_every_public_helper():
     """A new public function in these modules needs a line in CASES (or a reason below)."""
-    mods = (models, timing, plotting, devices, data, synthetic, profiles, results, report,
-            diagnose, runner, catalog)
+    mods = (
+        models,
+        timing,
+        plotting,
+        devices,
+        data,
+        synthetic,
+        profiles,
+        results,
+        report,
+        diagnose,
+        runner,
+        catalog,
+    )
     # Functions with no argument that can be wrong, or whose inputs are checked elsewhere.
-    no_bad_input = {"devices.cpu", "devices.num_gpus", "devices.accelerator", "devices.try_all_gpus",
-                    "devices.hardware_summary", "devices.usable_cores", "results.load_all", "report.measurements_frame",
-                    "timing.Measurement", "models.F", "models.nn",
-                    "plotting.plt", "data.Dataset", "data.urlparse", "catalog.main",
-                    "data.to_unit_float"}  # a batch function: TensorBatches checks the batches
-    covered = {f"{c.fn.__module__.split('.')[-1]}.{c.fn.__qualname__.split('.')[0]}"
-               for c in CASES if hasattr(c.fn, "__module__")}
+    no_bad_input = {
+        "devices.cpu",
+        "devices.num_gpus",
+        "devices.accelerator",
+        "devices.try_all_gpus",
+        "devices.hardware_summary",
+        "devices.usable_cores",
+        "results.load_all",
+        "report.measurements_frame",
+        "timing.Measurement",
+        "models.F",
+        "models.nn",
+        "plotting.plt",
+        "data.Dataset",
+        "data.urlparse",
+        "catalog.main",
+        "data.to_unit_float",
+    }  # a batch function: TensorBatches checks the batches
+    covered = {
+        f"{c.fn.__module__.split('.')[-1]}.{c.fn.__qualname__.split('.')[0]}"
+        for c in CASES
+        if hasattr(c.fn, "__module__")
+    }
     covered |= {"results.Recorder", "timing.Measurement", "devices.cpu_threads"}  # wrapped above
     missing = []
     for m in mods:
         short = m.__name__.split(".")[-1]
         for name, obj in vars(m).items():
-            if name.startswith("_") or not callable(obj) or getattr(obj, "__module__", None) != m.__name__:
+            if (
+                name.startswith("_")
+                or not callable(obj)
+                or getattr(obj, "__module__", None) != m.__name__
+            ):
                 continue
             key = f"{short}.{name}"
             if key not in covered and key not in no_bad_input:
@@ -366,6 +1175,7 @@ def test_the_sweep_covers_every_public_helper():
 
 
 # --- 2. broken data set folders ---------------------------------------------------------------
+
 
 def _fashion(root: Path) -> Path:
     synthetic.write_fashion_mnist(root, n_train=64, n_test=32)
@@ -404,55 +1214,135 @@ def _syn(name: str, damage) -> Any:
     def make(root: Path, _: str) -> None:
         folder = (_fashion if name == "fashion-mnist" else _cifar)(root / "synthetic")
         damage(folder)
+
     return make
 
 
 BROKEN = [
     # (id, data set, source, how to break root, message naming the file)
-    ("missing folder", "fashion-mnist", "real", lambda r, n: None,
-     r"FashionMNIST/raw/train-images-idx3-ubyte is missing .*unreachable"),
-    ("missing folder", "cifar10", "real", lambda r, n: None,
-     r"cifar-10-batches-py/data_batch_1 is missing .*unreachable"),
-    ("empty folder", "fashion-mnist", "real", _no_real_files,
-     r"FashionMNIST/raw/train-images-idx3-ubyte is missing"),
-    ("empty folder", "cifar10", "real", _no_real_files, r"cifar-10-batches-py/data_batch_1 is missing"),
-    ("real images truncated", "fashion-mnist", "real", _real_fashion_truncated,
-     r"train-images-idx3-ubyte is truncated: \d+ bytes, its header promises \d+"),
-    ("real labels missing", "fashion-mnist", "auto", _real_fashion_labels_missing,
-     r"train-labels-idx1-ubyte is missing"),
-    ("images truncated", "fashion-mnist", "auto",
-     _syn("fashion-mnist", lambda f: _truncate(f / "train-images-idx3-ubyte")),
-     r"synthetic/FashionMNIST/raw/train-images-idx3-ubyte is truncated: \d+ bytes, its header promises \d+"),
-    ("images cut inside the header", "fashion-mnist", "auto",
-     _syn("fashion-mnist", lambda f: _truncate(f / "train-images-idx3-ubyte", keep=6)),
-     r"train-images-idx3-ubyte is (truncated inside its header|not an IDX file)"),
-    ("images file empty", "fashion-mnist", "auto",
-     _syn("fashion-mnist", lambda f: _truncate(f / "train-images-idx3-ubyte", keep=0)),
-     r"train-images-idx3-ubyte is empty \(0 bytes\)"),
-    ("labels truncated", "fashion-mnist", "synthetic",
-     _syn("fashion-mnist", lambda f: _truncate(f / "train-labels-idx1-ubyte")),
-     r"train-labels-idx1-ubyte is truncated"),
-    ("images not IDX", "fashion-mnist", "auto",
-     _syn("fashion-mnist", lambda f: (f / "train-images-idx3-ubyte").write_bytes(b"<html>404</html>" * 10)),
-     r"train-images-idx3-ubyte is not an IDX file"),
-    ("files deleted, marker left", "fashion-mnist", "auto",
-     _syn("fashion-mnist", lambda f: [p.unlink() for p in f.glob("*-ubyte")]),
-     r"train-images-idx3-ubyte is missing"),
-    ("batch truncated", "cifar10", "auto", _syn("cifar10", lambda f: _truncate(f / "data_batch_3")),
-     r"cifar-10-batches-py/data_batch_3 is truncated or corrupt"),
-    ("batch empty", "cifar10", "auto", _syn("cifar10", lambda f: _truncate(f / "data_batch_1", keep=0)),
-     r"data_batch_1 is empty \(0 bytes\)"),
-    ("meta missing", "cifar10", "synthetic", _syn("cifar10", lambda f: (f / "batches.meta").unlink()),
-     r"batches.meta is missing"),
-    ("manifest corrupt", "cifar10", "auto",
-     _syn("cifar10", lambda f: (f / synthetic.MARKER).write_text('{"synthetic": true, "md5"')),
-     r"SYNTHETIC.json is missing or not the manifest"),
+    (
+        "missing folder",
+        "fashion-mnist",
+        "real",
+        lambda r, n: None,
+        r"FashionMNIST/raw/train-images-idx3-ubyte is missing .*unreachable",
+    ),
+    (
+        "missing folder",
+        "cifar10",
+        "real",
+        lambda r, n: None,
+        r"cifar-10-batches-py/data_batch_1 is missing .*unreachable",
+    ),
+    (
+        "empty folder",
+        "fashion-mnist",
+        "real",
+        _no_real_files,
+        r"FashionMNIST/raw/train-images-idx3-ubyte is missing",
+    ),
+    (
+        "empty folder",
+        "cifar10",
+        "real",
+        _no_real_files,
+        r"cifar-10-batches-py/data_batch_1 is missing",
+    ),
+    (
+        "real images truncated",
+        "fashion-mnist",
+        "real",
+        _real_fashion_truncated,
+        r"train-images-idx3-ubyte is truncated: \d+ bytes, its header promises \d+",
+    ),
+    (
+        "real labels missing",
+        "fashion-mnist",
+        "auto",
+        _real_fashion_labels_missing,
+        r"train-labels-idx1-ubyte is missing",
+    ),
+    (
+        "images truncated",
+        "fashion-mnist",
+        "auto",
+        _syn("fashion-mnist", lambda f: _truncate(f / "train-images-idx3-ubyte")),
+        r"synthetic/FashionMNIST/raw/train-images-idx3-ubyte is truncated: "
+        r"\d+ bytes, its header promises \d+",
+    ),
+    (
+        "images cut inside the header",
+        "fashion-mnist",
+        "auto",
+        _syn("fashion-mnist", lambda f: _truncate(f / "train-images-idx3-ubyte", keep=6)),
+        r"train-images-idx3-ubyte is (truncated inside its header|not an IDX file)",
+    ),
+    (
+        "images file empty",
+        "fashion-mnist",
+        "auto",
+        _syn("fashion-mnist", lambda f: _truncate(f / "train-images-idx3-ubyte", keep=0)),
+        r"train-images-idx3-ubyte is empty \(0 bytes\)",
+    ),
+    (
+        "labels truncated",
+        "fashion-mnist",
+        "synthetic",
+        _syn("fashion-mnist", lambda f: _truncate(f / "train-labels-idx1-ubyte")),
+        r"train-labels-idx1-ubyte is truncated",
+    ),
+    (
+        "images not IDX",
+        "fashion-mnist",
+        "auto",
+        _syn(
+            "fashion-mnist",
+            lambda f: (f / "train-images-idx3-ubyte").write_bytes(b"<html>404</html>" * 10),
+        ),
+        r"train-images-idx3-ubyte is not an IDX file",
+    ),
+    (
+        "files deleted, marker left",
+        "fashion-mnist",
+        "auto",
+        _syn("fashion-mnist", lambda f: [p.unlink() for p in f.glob("*-ubyte")]),
+        r"train-images-idx3-ubyte is missing",
+    ),
+    (
+        "batch truncated",
+        "cifar10",
+        "auto",
+        _syn("cifar10", lambda f: _truncate(f / "data_batch_3")),
+        r"cifar-10-batches-py/data_batch_3 is truncated or corrupt",
+    ),
+    (
+        "batch empty",
+        "cifar10",
+        "auto",
+        _syn("cifar10", lambda f: _truncate(f / "data_batch_1", keep=0)),
+        r"data_batch_1 is empty \(0 bytes\)",
+    ),
+    (
+        "meta missing",
+        "cifar10",
+        "synthetic",
+        _syn("cifar10", lambda f: (f / "batches.meta").unlink()),
+        r"batches.meta is missing",
+    ),
+    (
+        "manifest corrupt",
+        "cifar10",
+        "auto",
+        _syn("cifar10", lambda f: (f / synthetic.MARKER).write_text('{"synthetic": true, "md5"')),
+        r"SYNTHETIC.json is missing or not the manifest",
+    ),
 ]
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("what, name, source, damage, match", BROKEN,
-                         ids=[f"{b[1]}: {b[0]}" for b in BROKEN])
+@pytest.mark.parametrize(
+    "what, name, source, damage, match", BROKEN, ids=[f"{b[1]}: {b[0]}" for b in BROKEN]
+)
 def test_broken_data_folder_names_the_file(what, name, source, damage, match, data_root):
     damage(data_root, name)
     t0 = time.perf_counter()
@@ -482,7 +1372,9 @@ def test_broken_image_file_is_named(damage, num_workers, tmp_path):
     ds = pipelines.image_folder(tmp_path / "imgs", transform=transforms.ToTensor())
     loader = DataLoader(ds, batch_size=2, num_workers=num_workers)
     t0 = time.perf_counter()
-    with pytest.raises(RuntimeError, match=rf"image file {bad} cannot be decoded .*truncated or not an image"):
+    with pytest.raises(
+        RuntimeError, match=rf"image file {bad} cannot be decoded .*truncated or not an image"
+    ):
         for _ in loader:
             pass
     assert time.perf_counter() - t0 < 30, "the error took too long (a hang?)"
@@ -497,13 +1389,17 @@ def test_intact_synthetic_folder_still_loads(data_root):
 
 # --- 3. interrupted runs leave no worker processes ---------------------------------------------
 
+
 def _workers_gone(pids: set[int], timeout: float = 15.0) -> list[int]:
     """The pids still alive (zombies count as gone) after waiting up to `timeout`."""
     deadline = time.monotonic() + timeout
     alive = list(pids)
     while alive and time.monotonic() < deadline:
-        alive = [p for p in alive if psutil.pid_exists(p)
-                 and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        alive = [
+            p
+            for p in alive
+            if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+        ]
         time.sleep(0.1)
     return alive
 
@@ -515,7 +1411,8 @@ def _loader(data_root: Path) -> DataLoader:
 
 
 def _train_until_interrupted(batches, stop_at: int, seen: set[int]) -> None:
-    """A training loop that gets a Ctrl-C (KeyboardInterrupt) mid-epoch; adds the workers to `seen`."""
+    """A training loop that gets a Ctrl-C (KeyboardInterrupt) mid-epoch; adds the workers to
+    `seen`."""
     me = psutil.Process()
     for step, (X, _) in enumerate(batches):
         torch.nn.functional.relu(X).sum()  # the 'step'
@@ -534,7 +1431,9 @@ def test_keyboard_interrupt_mid_epoch_leaves_no_workers(wrap, data_root):
     with pytest.raises(KeyboardInterrupt):
         _train_until_interrupted(batches, stop_at=3, seen=seen)
     workers = seen - before
-    assert len(workers) >= 2, f"expected 2 DataLoader workers while iterating, saw {sorted(workers)}"
+    assert len(workers) >= 2, (
+        f"expected 2 DataLoader workers while iterating, saw {sorted(workers)}"
+    )
     left = _workers_gone(workers)
     assert not left, f"DataLoader workers still running after the interrupt: {left}"
 
@@ -566,20 +1465,29 @@ CTRL_C_SCRIPT = textwrap.dedent("""
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("target", ["process group (terminal Ctrl-C, Jupyter interrupt)",
-                                    "main process only"])
+@pytest.mark.parametrize(
+    "target", ["process group (terminal Ctrl-C, Jupyter interrupt)", "main process only"]
+)
 def test_ctrl_c_ends_a_training_run_and_its_workers(target, data_root):
     """SIGINT mid-epoch to a training run over a 2-worker DataLoader: the run ends with
     KeyboardInterrupt within a bounded time and no worker process outlives it."""
     synthetic.write_fashion_mnist(data_root / "synthetic", n_train=256, n_test=32)
     env = {**os.environ, "PYTHONPATH": str(paths.ROOT)}
-    proc = subprocess.Popen([sys.executable, "-c", CTRL_C_SCRIPT], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
-                            preexec_fn=interruptible)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CTRL_C_SCRIPT],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+        preexec_fn=interruptible,
+    )
     try:
         line = proc.stdout.readline()
         workers = {int(p) for p in line.split()}
-        assert len(workers) >= 2, f"the run did not report its workers: {line!r} {proc.stderr.read()[-2000:]}"
+        assert len(workers) >= 2, (
+            f"the run did not report its workers: {line!r} {proc.stderr.read()[-2000:]}"
+        )
         time.sleep(0.5)  # the run goes on (endless batches) until the signal lands
         if target.startswith("process group"):
             os.killpg(proc.pid, signal.SIGINT)
@@ -598,8 +1506,8 @@ def test_ctrl_c_ends_a_training_run_and_its_workers(target, data_root):
             proc.wait(timeout=10)
 
 
-
 # --- 4. results files that cannot be read, names that break tables, the run's profile ---------
+
 
 def _damage_results(path: Path, how: str) -> None:
     if how == "truncated":
@@ -625,12 +1533,20 @@ def test_unreadable_results_file_is_warned_about_not_dropped(how, tmp_path):
     md = (tmp_path / "report.md").read_text()
     assert "## Warning: results files that could not be read" in md
     warning = next(line for line in md.splitlines() if "03_y.json" in line)
-    assert {"truncated": "truncated or not JSON", "empty": "is empty", "not UTF-8": "not UTF-8",
-            "not a results file": "not a results file"}[how] in warning
+    assert {
+        "truncated": "truncated or not JSON",
+        "empty": "is empty",
+        "not UTF-8": "not UTF-8",
+        "not a results file": "not a results file",
+    }[how] in warning
     assert "## 01_x" in md  # the readable file is still reported
     lines = md.splitlines()
     start = lines.index(next(line for line in lines if line.startswith("- **L1**")))
-    l1 = "\n".join(lines[start + 1:next(i for i in range(start + 1, len(lines)) if lines[i].startswith("- **"))])
+    l1 = "\n".join(
+        lines[
+            start + 1 : next(i for i in range(start + 1, len(lines)) if lines[i].startswith("- **"))
+        ]
+    )
     assert "notebook 03: *results file unreadable*" in l1 and "not run" not in l1, l1
     assert "Warning" in (tmp_path / "report.html").read_text()
 
@@ -653,7 +1569,9 @@ def test_infinite_figures_never_reach_the_results_file(tmp_path):
         rec.measure("t", float("inf"), "s")
     import json
 
-    json.loads(rec.path.read_text(), parse_constant=lambda c: pytest.fail(f"non-standard JSON: {c}"))
+    json.loads(
+        rec.path.read_text(), parse_constant=lambda c: pytest.fail(f"non-standard JSON: {c}")
+    )
 
 
 @pytest.mark.timeout(60)

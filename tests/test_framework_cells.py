@@ -24,22 +24,48 @@ import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ["lightning", "lightning-utilities", "torchmetrics", "accelerate", "huggingface_hub",
-            "safetensors"]
-NOTEBOOKS = ["06_batch_size_and_accumulation", "07_item_hygiene", "08_device_placement",
-             "10_mixed_precision"]
+PACKAGES = [
+    "lightning",
+    "lightning-utilities",
+    "torchmetrics",
+    "accelerate",
+    "huggingface_hub",
+    "safetensors",
+]
+NOTEBOOKS = [
+    "06_batch_size_and_accumulation",
+    "07_item_hygiene",
+    "08_device_placement",
+    "10_mixed_precision",
+]
 
 
 @pytest.fixture(scope="module")
 def frameworks_dir(tmp_path_factory) -> Path:
     where = os.environ.get("FTG_FRAMEWORKS_DIR", "")
     if not where:
-        pytest.skip("opt-in: set FTG_FRAMEWORKS_DIR to a folder with lightning and accelerate "
-                    "installed, or to 'install' (see this file's docstring)")
+        pytest.skip(
+            "opt-in: set FTG_FRAMEWORKS_DIR to a folder with lightning and accelerate "
+            "installed, or to 'install' (see this file's docstring)"
+        )
     if where == "install":
         target = tmp_path_factory.mktemp("frameworks")
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                        "--target", str(target), "--no-deps", *PACKAGES], check=True, timeout=600)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--disable-pip-version-check",
+                "--target",
+                str(target),
+                "--no-deps",
+                *PACKAGES,
+            ],
+            check=True,
+            timeout=600,
+        )
         return target
     target = Path(where)
     if not (target / "lightning").is_dir() or not (target / "accelerate").is_dir():
@@ -48,10 +74,16 @@ def frameworks_dir(tmp_path_factory) -> Path:
 
 
 def _framework_cell_output(nb: nbformat.NotebookNode) -> str:
-    cells = [c for c in nb.cells if c.cell_type == "code"
-             and ('find_spec("lightning")' in c.source or 'find_spec("accelerate")' in c.source)]
+    cells = [
+        c
+        for c in nb.cells
+        if c.cell_type == "code"
+        and ('find_spec("lightning")' in c.source or 'find_spec("accelerate")' in c.source)
+    ]
     assert 1 <= len(cells) <= 2, "one Lightning and accelerate cell per notebook, or one of each"
-    return "".join(o.get("text", "") for c in cells for o in c.outputs if o.get("output_type") == "stream")
+    return "".join(
+        o.get("text", "") for c in cells for o in c.outputs if o.get("output_type") == "stream"
+    )
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
@@ -63,8 +95,12 @@ def test_lightning_and_accelerate_cells_train(name, frameworks_dir, tmp_path, mo
     monkeypatch.setenv("FTG_PROFILE", "smoke")
     monkeypatch.setenv("FTG_BUILD_DIR", str(tmp_path / "build"))
     nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
-    NotebookClient(nb, timeout=600, kernel_name="python3",
-                   resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute()
+    NotebookClient(
+        nb,
+        timeout=600,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(ROOT / "notebooks")}},
+    ).execute()
     out = _framework_cell_output(nb)
     assert "is not installed: skipped" not in out, out
     assert "Lightning: " in out and "accelerate: " in out, out

@@ -26,10 +26,17 @@ WHEELS_SH = ROOT / "scripts" / "gpu_wheels.sh"
 RUN_SH = ROOT / "scripts" / "gpu_reference_run.sh"
 WHEELS_TXT = ROOT / "scripts" / "gpu_wheels.txt"
 # The GPU node's python3 the wheels are fetched for (Python 3.12 on x86-64 Linux), for markers.
-GPU_MARKERS = {"python_version": "3.12", "python_full_version": "3.12.3", "sys_platform": "linux",
-               "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix",
-               "implementation_name": "cpython", "platform_python_implementation": "CPython",
-               "extra": ""}
+GPU_MARKERS = {
+    "python_version": "3.12",
+    "python_full_version": "3.12.3",
+    "sys_platform": "linux",
+    "platform_system": "Linux",
+    "platform_machine": "x86_64",
+    "os_name": "posix",
+    "implementation_name": "cpython",
+    "platform_python_implementation": "CPython",
+    "extra": "",
+}
 
 
 def _norm(name: str) -> str:
@@ -57,7 +64,9 @@ def test_wheel_list_has_one_version_of_each_and_agrees_with_our_pins():
     pins = _pins(WHEELS_TXT)
     names = [n for n, _ in pins]
     assert len(pins) >= 30, "the closure of nbclient, ipykernel, ipywidgets and d2l is ~35 wheels"
-    assert len(set(names)) == len(names), f"duplicates: {sorted({n for n in names if names.count(n) > 1})}"
+    assert len(set(names)) == len(names), (
+        f"duplicates: {sorted({n for n in names if names.count(n) > 1})}"
+    )
     ours = dict(_pins(ROOT / "requirements.txt")) | dict(_pins(ROOT / "requirements-nodeps.txt"))
     shared = {n: v for n, v in pins if n in ours}
     assert {"ipykernel", "ipywidgets", "nbclient", "matplotlib-inline", "d2l"} <= shared.keys()
@@ -70,7 +79,9 @@ def test_wheel_list_is_closed_under_its_requirements():
     named on the `already-there:` line (the GPU machine has it). Read from the installed
     packages' metadata where the installed version is the listed one."""
     pins = dict(_pins(WHEELS_TXT))
-    there_lines = [ln for ln in WHEELS_TXT.read_text().splitlines() if ln.startswith("# already-there:")]
+    there_lines = [
+        ln for ln in WHEELS_TXT.read_text().splitlines() if ln.startswith("# already-there:")
+    ]
     assert len(there_lines) == 1, "gpu_wheels.txt needs one '# already-there: ...' line"
     there = {_norm(n) for n in there_lines[0].split(":", 1)[1].split()}
     assert not there & pins.keys(), f"both carried and already there: {there & pins.keys()}"
@@ -92,20 +103,39 @@ def test_wheel_list_is_closed_under_its_requirements():
             if _norm(req.name) not in pins and _norm(req.name) not in there:
                 missing.append(f"{name} needs {req}")
     if len(checked) < len(pins) // 2:
-        pytest.skip(f"only {len(checked)} of {len(pins)} listed packages are installed here at the "
-                    "listed version; run `make install`")
+        pytest.skip(
+            f"only {len(checked)} of {len(pins)} listed packages are installed here at the "
+            "listed version; run `make install`"
+        )
     assert not missing, "not in gpu_wheels.txt: " + "; ".join(missing)
 
 
 def _run_script(args: list[str], cwd: Path, env: dict[str, str], timeout: int = 240):
-    return subprocess.run(["bash", str(cwd / "scripts" / "gpu_reference_run.sh"), *args], cwd=cwd,
-                          env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        ["bash", str(cwd / "scripts" / "gpu_reference_run.sh"), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("OUT", "PYTHONPATH", "FTG_BUILD_DIR", "FTG_PYTHON", "FTG_SITE",
-                        "FTG_STEP_SECONDS", "FTG_ALLOW_NO_GPU")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in (
+            "OUT",
+            "PYTHONPATH",
+            "FTG_BUILD_DIR",
+            "FTG_PYTHON",
+            "FTG_SITE",
+            "FTG_STEP_SECONDS",
+            "FTG_ALLOW_NO_GPU",
+        )
+    }
     env.update(extra)
     return env
 
@@ -121,9 +151,14 @@ def _tiny_wheel(folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(folder / "ftg_tiny-0.1-py3-none-any.whl", "w") as z:
         z.writestr("ftg_tiny/__init__.py", "")
-        z.writestr("ftg_tiny-0.1.dist-info/METADATA", "Metadata-Version: 2.1\nName: ftg-tiny\nVersion: 0.1\n")
-        z.writestr("ftg_tiny-0.1.dist-info/WHEEL",
-                   "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr(
+            "ftg_tiny-0.1.dist-info/METADATA",
+            "Metadata-Version: 2.1\nName: ftg-tiny\nVersion: 0.1\n",
+        )
+        z.writestr(
+            "ftg_tiny-0.1.dist-info/WHEEL",
+            "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        )
         z.writestr("ftg_tiny-0.1.dist-info/RECORD", "")
 
 
@@ -132,16 +167,24 @@ def test_run_script_refuses_without_out(tmp_path):
     _tiny_wheel(repo / ".whl")
     r = _run_script(["bench"], repo, _clean_env(OUT=str(tmp_path), FTG_SITE=str(tmp_path / "site")))
     assert r.returncode == 2
-    assert "no output folder: name one with --out DIR" in r.stderr  # an $OUT in the environment is not used
+    assert (
+        "no output folder: name one with --out DIR" in r.stderr
+    )  # an $OUT in the environment is not used
     assert not (tmp_path / "site").exists()
 
 
 def test_run_script_checks_its_step_limit_and_creates_the_output_folder(tmp_path):
     repo = _script_copy(tmp_path)
     for bad in ("0", "ten", "-5"):
-        r = _run_script(["--out", str(tmp_path / "o"), "--step-seconds", bad, "check"], repo, _clean_env())
+        r = _run_script(
+            ["--out", str(tmp_path / "o"), "--step-seconds", bad, "check"], repo, _clean_env()
+        )
         assert r.returncode == 2 and "--step-seconds must be a whole number" in r.stderr, r.stderr
-    r = _run_script(["--out", str(tmp_path / "new" / "out"), "--step-seconds", "30", "check"], repo, _clean_env())
+    r = _run_script(
+        ["--out", str(tmp_path / "new" / "out"), "--step-seconds", "30", "check"],
+        repo,
+        _clean_env(),
+    )
     assert r.returncode != 0 and ".whl/ holds no wheels" in r.stderr  # got past both options
     assert (tmp_path / "new" / "out").is_dir()
     r = _run_script(["--frobnicate", "check"], repo, _clean_env())
@@ -171,8 +214,12 @@ def test_run_script_refuses_without_wheels(tmp_path):
 def test_run_script_rejects_bad_subcommands(tmp_path):
     repo = _script_copy(tmp_path)
     env = _clean_env()
-    for args, msg in ((["frobnicate"], "unknown subcommand"), ([], "name a subcommand"),
-                      (["notebooks"], "takes one glob"), (["check", "x"], "takes no arguments")):
+    for args, msg in (
+        (["frobnicate"], "unknown subcommand"),
+        ([], "name a subcommand"),
+        (["notebooks"], "takes one glob"),
+        (["check", "x"], "takes no arguments"),
+    ):
         r = _run_script(["--out", str(tmp_path), *args], repo, env)
         assert r.returncode == 2 and msg in r.stderr, (args, r.stderr)
     r = _run_script(["--help"], repo, env)
@@ -201,12 +248,15 @@ def test_save_reference_twice_into_one_folder_accumulates(tmp_path, monkeypatch)
 
 def _repo_with_tiny_notebooks(tmp_path: Path) -> Path:
     repo = _script_copy(tmp_path)
-    shutil.copytree(ROOT / "helpers", repo / "helpers",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        ROOT / "helpers", repo / "helpers", ignore=shutil.ignore_patterns("__pycache__")
+    )
     (repo / "notebooks").mkdir()
     _tiny_wheel(repo / ".whl")
-    record = ("from helpers.suite.results import Recorder\n"
-              "rec = Recorder({name!r}, profile='full')\nrec.measure('x', 1.5, 's')\n")
+    record = (
+        "from helpers.suite.results import Recorder\n"
+        "rec = Recorder({name!r}, profile='full')\nrec.measure('x', 1.5, 's')\n"
+    )
     for name, extra in (("96_second", ""), ("97_ok", ""), ("98_bad", "raise ValueError('boom')")):
         nb = nbformat.v4.new_notebook()
         nb.cells = [nbformat.v4.new_code_cell(record.format(name=name) + extra)]
@@ -226,12 +276,16 @@ def test_run_script_saves_salvages_and_packs_without_a_gpu(tmp_path):
     call 2 (another glob): 96 is saved by the suite into the same folder. Each call packs only
     its own new files; the log, report and run.json come back too."""
     repo = _repo_with_tiny_notebooks(tmp_path)
-    env = _clean_env(FTG_PYTHON=sys.executable, FTG_SITE=str(tmp_path / "site"), FTG_ALLOW_NO_GPU="1")
+    env = _clean_env(
+        FTG_PYTHON=sys.executable, FTG_SITE=str(tmp_path / "site"), FTG_ALLOW_NO_GPU="1"
+    )
     out1, out2 = tmp_path / "out1", tmp_path / "out2"
     out1.mkdir()
     out2.mkdir()
 
-    r1 = _run_script(["--out", str(out1), "--step-seconds", "300", "notebooks", "9[78]_*"], repo, env)
+    r1 = _run_script(
+        ["--out", str(out1), "--step-seconds", "300", "notebooks", "9[78]_*"], repo, env
+    )
     assert r1.returncode == 1, r1.stdout + r1.stderr
     assert "preflight ok" in r1.stdout and "kernel ok" in r1.stdout
     assert "finished ok: 97_ok; failed: 98_bad" in r1.stdout
@@ -258,11 +312,15 @@ def test_developers_guide_gives_commands_the_script_accepts():
     text = (ROOT / "DEVELOPERS.md").read_text()
     assert "## Reference runs on an offline GPU node" in text
     section = text.split("## Reference runs on an offline GPU node", 1)[1].split("\n## ", 1)[0]
-    calls = [line.strip() for line in section.splitlines()
-             if line.strip().startswith("bash scripts/gpu_reference_run.sh --out ")]
+    calls = [
+        line.strip()
+        for line in section.splitlines()
+        if line.strip().startswith("bash scripts/gpu_reference_run.sh --out ")
+    ]
     assert len(calls) >= 4
-    usage = subprocess.run(["bash", str(RUN_SH), "--help"], capture_output=True, text=True,
-                           check=True).stdout
+    usage = subprocess.run(
+        ["bash", str(RUN_SH), "--help"], capture_output=True, text=True, check=True
+    ).stdout
     subs = []
     for call in calls:
         words = call.rstrip("`;").split()[2:]
@@ -279,13 +337,26 @@ def test_developers_guide_gives_commands_the_script_accepts():
 
 # What would tie the project to one machine or to how a GPU was obtained: an absolute path
 # outside the system's own folders (or a /path/to/ placeholder), or words about lending a machine.
-_PARTICULAR = re.compile(r'(?:^|[\s"\'(=:])/(?!(?:tmp|usr|etc|dev|proc|bin|sys|path)\b)[A-Za-z]\w*/'
-                         r'|\blent\b|\bdevice tool\b', re.IGNORECASE)
+_PARTICULAR = re.compile(
+    r'(?:^|[\s"\'(=:])/(?!(?:tmp|usr|etc|dev|proc|bin|sys|path)\b)[A-Za-z]\w*/'
+    r"|\blent\b|\bdevice tool\b",
+    re.IGNORECASE,
+)
 
 
 def test_reference_run_docs_and_scripts_name_no_particular_machine():
-    paths = [ROOT / "README.md", ROOT / "DEVELOPERS.md", RUN_SH, WHEELS_SH, WHEELS_TXT,
-             ROOT / "scripts" / "slurm_ddp.sbatch"]
-    hits = [f"{p.name}:{n}: {line.strip()}" for p in paths
-            for n, line in enumerate(p.read_text().splitlines(), 1) if _PARTICULAR.search(line)]
+    paths = [
+        ROOT / "README.md",
+        ROOT / "DEVELOPERS.md",
+        RUN_SH,
+        WHEELS_SH,
+        WHEELS_TXT,
+        ROOT / "scripts" / "slurm_ddp.sbatch",
+    ]
+    hits = [
+        f"{p.name}:{n}: {line.strip()}"
+        for p in paths
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if _PARTICULAR.search(line)
+    ]
     assert not hits, "\n".join(hits)

@@ -22,5 +22,6 @@ def test_the_map_names_every_module_and_nothing_else():
     assert set(ENTRY.findall(doctor)) == _modules(HELPERS / "doctor")
     # each module once, and no subpackage but the tooling and the doctor
     assert len(ENTRY.findall(helpers.__doc__)) == sum(
-        len(_modules(HELPERS / sub)) for sub in ("", "suite", "doctor"))
+        len(_modules(HELPERS / sub)) for sub in ("", "suite", "doctor")
+    )
     assert {p.parent.name for p in HELPERS.glob("*/__init__.py")} == {"suite", "doctor"}

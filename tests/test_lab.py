@@ -20,12 +20,16 @@ def test_lab_environment_adds_the_settings_and_keeps_the_rest():
     env = lab.environment({"JUPYTER_CONFIG_PATH": "/somewhere", "KEEP": "1"})
     assert env["JUPYTER_CONFIG_PATH"].split(os.pathsep) == [str(lab.CONFIG_DIR), "/somewhere"]
     assert env["KEEP"] == "1" and "MPLBACKEND" not in env
-    overrides = json.loads((lab.CONFIG_DIR / "labconfig" / "default_setting_overrides.json").read_text())
+    overrides = json.loads(
+        (lab.CONFIG_DIR / "labconfig" / "default_setting_overrides.json").read_text()
+    )
     assert overrides["@jupyterlab/apputils-extension:notification"]["fetchNews"] == "false"
 
 
 def test_makefile_sets_no_matplotlib_backend_for_jupyter():
     text = (paths.ROOT / "Makefile").read_text()
-    assert not re.search(r"^export\s+MPLBACKEND", text, re.M), "a Jupyter started by make would draw no plots"
+    assert not re.search(r"^export\s+MPLBACKEND", text, re.M), (
+        "a Jupyter started by make would draw no plots"
+    )
     recipe = re.search(r"^lab:.*\n((?:\t.*\n)+)", text, re.M).group(1)
     assert "helpers.suite.lab" in recipe and "MPLBACKEND" not in recipe

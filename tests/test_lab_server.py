@@ -17,15 +17,21 @@ def test_lab_server_is_private_and_stops_everything(tmp_path):
     try:
         lab.start()
         server = psutil.Process(lab.proc.pid)
-        listening = [c.laddr for c in server.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN]
+        listening = [
+            c.laddr for c in server.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN
+        ]
         assert listening and all(a.ip == "127.0.0.1" for a in listening), listening
         # Token auth is on: without the token the API refuses.
         with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(f"http://127.0.0.1:{lab.port}/api/kernels", timeout=5)
         assert err.value.code == 403
         # Start a kernel, as opening a notebook does, and wait for its process.
-        req = urllib.request.Request(lab.url("api/kernels"), data=json.dumps({"name": "python3"}).encode(),
-                                     method="POST", headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            lab.url("api/kernels"),
+            data=json.dumps({"name": "python3"}).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(req, timeout=30) as r:
             assert r.status == 201
         deadline = time.monotonic() + 30

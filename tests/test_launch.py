@@ -25,8 +25,11 @@ def _no_children_left(pids: list[int]) -> None:
     for pid in pids:
         if psutil.pid_exists(pid):
             assert psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, f"pid {pid} still runs"
-    kids = [c for c in psutil.Process().children(recursive=True) if c.is_running()
-            and c.status() != psutil.STATUS_ZOMBIE]
+    kids = [
+        c
+        for c in psutil.Process().children(recursive=True)
+        if c.is_running() and c.status() != psutil.STATUS_ZOMBIE
+    ]
     assert not kids, f"processes left behind: {kids}"
 
 
@@ -38,12 +41,15 @@ def _script(folder: Path, code: str = "") -> Path:
     return folder / "s.py"
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"nprocs": 0}, "run: nprocs must be an int >= 1, got 0"),
-    ({"nprocs": 1.5}, "nprocs"),
-    ({"threads": 0}, "threads"),
-    ({"timeout": 0}, "timeout"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"nprocs": 0}, "run: nprocs must be an int >= 1, got 0"),
+        ({"nprocs": 1.5}, "nprocs"),
+        ({"threads": 0}, "threads"),
+        ({"timeout": 0}, "timeout"),
+    ],
+)
 def test_bad_input_is_refused_before_starting(kwargs, match, tmp_path):
     with pytest.raises(ValueError, match=match):
         launch.run(_script(tmp_path), **kwargs)
@@ -52,8 +58,10 @@ def test_bad_input_is_refused_before_starting(kwargs, match, tmp_path):
 
 
 def test_ranks_get_torchruns_variables_and_their_output_is_filed_by_rank(tmp_path):
-    code = ("import os; print(os.environ['RANK'], os.environ['WORLD_SIZE'], os.environ['LOCAL_RANK'],"
-            " os.environ['OMP_NUM_THREADS'], os.environ['INIT_METHOD'][:7], os.getcwd())")
+    code = (
+        "import os; print(os.environ['RANK'], os.environ['WORLD_SIZE'], os.environ['LOCAL_RANK'],"
+        " os.environ['OMP_NUM_THREADS'], os.environ['INIT_METHOD'][:7], os.getcwd())"
+    )
     r = launch.run(_script(tmp_path, code), nprocs=3, threads=2, stream=False, timeout=120)
     for rank in range(3):
         assert r.outputs[rank] == [f"{rank} 3 {rank} 2 file:// {r.folder}"]
@@ -81,9 +89,11 @@ def test_a_rank_that_vanishes_without_a_traceback_is_named_by_its_exit_code(tmp_
 
 
 def test_timeout_ends_hung_ranks_and_their_children(tmp_path):
-    code = ("import subprocess, sys, time; "
-            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
-            "print('hanging', flush=True); time.sleep(60)")
+    code = (
+        "import subprocess, sys, time; "
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+        "print('hanging', flush=True); time.sleep(60)"
+    )
     t0 = time.monotonic()  # 10 s: ample for two interpreters to start their child and print
     with pytest.raises(launch.LaunchError, match="timed out after 10 s") as err:
         launch.run(_script(tmp_path, code), nprocs=2, stream=False, timeout=10)
@@ -95,10 +105,12 @@ def test_timeout_ends_hung_ranks_and_their_children(tmp_path):
 
 
 def test_two_launches_of_one_script_at_once_do_not_collide(tmp_path):
-    code = ("import os, torch, torch.distributed as dist; "
-            "dist.init_process_group('gloo', init_method=os.environ['INIT_METHOD'], "
-            "rank=int(os.environ['RANK']), world_size=int(os.environ['WORLD_SIZE'])); "
-            "t = torch.ones(1); dist.all_reduce(t); print(int(t)); dist.destroy_process_group()")
+    code = (
+        "import os, torch, torch.distributed as dist; "
+        "dist.init_process_group('gloo', init_method=os.environ['INIT_METHOD'], "
+        "rank=int(os.environ['RANK']), world_size=int(os.environ['WORLD_SIZE'])); "
+        "t = torch.ones(1); dist.all_reduce(t); print(int(t)); dist.destroy_process_group()"
+    )
     script, results, errors = _script(tmp_path, code), {}, []
 
     def go(i: int, n: int) -> None:
@@ -132,6 +144,7 @@ def test_run_folders_are_new_and_old_ones_pruned(monkeypatch, tmp_path):
 
 
 # --- loopback means loopback; ranks die with their launcher -----------------------------------
+
 
 def _wait_ready(folder: Path, n: int, timeout: float = 180) -> list[int]:
     deadline = time.monotonic() + timeout
@@ -192,9 +205,13 @@ def test_ranks_end_within_seconds_when_their_launcher_dies(how, tmp_path):
     (Ctrl-C): its ranks end within a few seconds instead of holding on."""
     script = _script(tmp_path)
     root = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
-    p = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(script)], env=env, cwd=root,
-                         preexec_fn=interruptible)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
+    }
+    p = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER, str(script)], env=env, cwd=root, preexec_fn=interruptible
+    )
     try:
         ranks = _wait_ready(tmp_path, 2)
         procs = psutil.Process(p.pid).children(recursive=True)
@@ -214,8 +231,11 @@ def test_ranks_end_within_seconds_when_their_launcher_dies(how, tmp_path):
 
 def test_end_tree_ends_the_process_tree_without_killpg(monkeypatch):
     """Windows has no os.killpg and no SIGKILL: the tree is ended through psutil."""
-    code = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']);"
-            " time.sleep(60)")
+    code = (
+        "import subprocess, sys, time; "
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']);"
+        " time.sleep(60)"
+    )
     p = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
     try:
         deadline = time.monotonic() + 30

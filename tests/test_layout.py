@@ -1,6 +1,7 @@
 """The shape the suite keeps: the lesson is in the notebook (its technique written in its own code
-cells, never printed from a module), the helpers stay a small toolkit, no function grows past
-60 lines, and nothing in the helpers reassigns an attribute of torch."""
+cells, never printed from a module), no function grows past 60 lines, and nothing in the helpers
+reassigns an attribute of torch. How large the helpers are is a figure the README reports
+(scripts/code_size.py), not a quota: a fix that needs ten lines never has to delete ten first."""
 
 import ast
 import json
@@ -13,54 +14,44 @@ ROOT = Path(__file__).resolve().parents[1]
 HELPERS = ROOT / "helpers"
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
-# (package folder, most modules, most lines): the toolkit, the suite's machinery, the doctor.
-BUDGETS = [(HELPERS, 15, 2500), (HELPERS / "suite", None, 1200), (HELPERS / "doctor", None, 1000)]
-LAUNCHER_LINES = 150
-
 # A notebook, found by words of its title, and the calls its own code cells must make.
 TECHNIQUE_CALLS = {
     "Why is it slow": ["set_float32_matmul_precision(", "copy_(", "torch.compile("],
     "DataLoader workers": ["DataLoader(", "num_workers="],
-    "CPU threads": ["cpu_threads(", "devices.share(", "OMP_WAIT_POLICY", "OMP_NUM_THREADS", "num_workers="],
+    "CPU threads": [
+        "cpu_threads(",
+        "devices.share(",
+        "OMP_WAIT_POLICY",
+        "OMP_NUM_THREADS",
+        "num_workers=",
+    ],
     "GPU data pipelines": ["flip("],
     "Batch size and gradient accumulation": ["OutOfMemoryError"],
     "Mixed precision": ["torch.autocast(", "scaler.scale(", "scaler.step(", "scaler.update("],
     "DistributedDataParallel": ["init_process_group(", "DistributedDataParallel("],
     "profiling a training loop": ["schedule(", "record_function("],
     "Capstone": ["DataLoader(", "backward()"],
-    "Where training memory goes": ["torch.optim.Adam(", "torch.autocast(", "use_reentrant=False", "torch.no_grad",
-                                   "torch.inference_mode", "SavedTensors()"],
-    "Attention and variable-length sequences": ["scaled_dot_product_attention(", "sdpa_kernel(", "ignore_index=",
-                                                "create_block_mask("],
+    "Where training memory goes": [
+        "torch.optim.Adam(",
+        "torch.autocast(",
+        "use_reentrant=False",
+        "torch.no_grad",
+        "torch.inference_mode",
+        "SavedTensors()",
+    ],
+    "Attention and variable-length sequences": [
+        "scaled_dot_product_attention(",
+        "sdpa_kernel(",
+        "ignore_index=",
+        "create_block_mask(",
+    ],
 }
 SHOWN_FROM_A_MODULE = re.compile(r"getsource|%psource|%pycat|%pinfo2|\?\?\s*$", re.M)
-
-
-def _lines(path: Path) -> int:
-    return len(path.read_text().splitlines())
-
-
-def _modules(folder: Path) -> list[Path]:
-    return [p for p in folder.glob("*.py") if p.name != "__init__.py"]
 
 
 def _cells(nb_path: Path, kind: str) -> list[str]:
     cells = json.loads(nb_path.read_text())["cells"]
     return ["".join(c["source"]) for c in cells if c["cell_type"] == kind]
-
-
-@pytest.mark.parametrize("folder, most_modules, most_lines", BUDGETS,
-                         ids=[str(b[0].relative_to(ROOT)) for b in BUDGETS])
-def test_package_within_its_budget(folder, most_modules, most_lines):
-    modules = _modules(folder)
-    lines = sum(_lines(p) for p in modules)
-    assert lines <= most_lines, f"{folder.name}: {lines} lines, budget {most_lines}"
-    if most_modules is not None:
-        assert len(modules) <= most_modules, f"{folder.name}: {len(modules)} modules"
-
-
-def test_the_launcher_stays_small():
-    assert _lines(HELPERS / "launch.py") <= LAUNCHER_LINES
 
 
 def _functions(path: Path):
@@ -70,9 +61,17 @@ def _functions(path: Path):
 
 
 def test_no_function_over_60_lines():
-    files = [*HELPERS.rglob("*.py"), *(ROOT / "tests").glob("*.py"), *(ROOT / "benchmarks").glob("*.py")]
-    long = [f"{p.relative_to(ROOT)}:{f.name} ({f.end_lineno - f.lineno + 1})"
-            for p in files for f in _functions(p) if f.end_lineno - f.lineno + 1 > 60]
+    files = [
+        *HELPERS.rglob("*.py"),
+        *(ROOT / "tests").glob("*.py"),
+        *(ROOT / "benchmarks").glob("*.py"),
+    ]
+    long = [
+        f"{p.relative_to(ROOT)}:{f.name} ({f.end_lineno - f.lineno + 1})"
+        for p in files
+        for f in _functions(p)
+        if f.end_lineno - f.lineno + 1 > 60
+    ]
     assert not long
 
 
@@ -95,7 +94,11 @@ def _torch_names(tree: ast.Module) -> set[str]:
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names |= {a.asname or a.name.split(".")[0] for a in node.names if a.name.split(".")[0] == "torch"}
+            names |= {
+                a.asname or a.name.split(".")[0]
+                for a in node.names
+                if a.name.split(".")[0] == "torch"
+            }
         elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "torch":
             names |= {a.asname or a.name for a in node.names}
     return names
@@ -115,21 +118,30 @@ def test_no_assignment_to_torch_attributes():
         tree = ast.parse(path.read_text())
         torch_names = _torch_names(tree)
         for node in ast.walk(tree):
-            targets = node.targets if isinstance(node, ast.Assign) else (
-                [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
+            targets = (
+                node.targets
+                if isinstance(node, ast.Assign)
+                else ([node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
+            )
             for t in targets:
                 if isinstance(t, ast.Attribute) and _root_name(t) in torch_names:
                     found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
-            if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "setattr"
-                    and node.args and _root_name(node.args[0]) in torch_names):
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "id", None) == "setattr"
+                and node.args
+                and _root_name(node.args[0]) in torch_names
+            ):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not found
 
 
 def test_the_torch_attribute_check_can_fail():
     """The check above sees an assignment through an alias and through setattr."""
-    tree = ast.parse("import torch.distributed as dist\nfrom torch import nn\n"
-                     "dist.x = 1\nsetattr(nn.Module, 'y', 2)\n")
+    tree = ast.parse(
+        "import torch.distributed as dist\nfrom torch import nn\n"
+        "dist.x = 1\nsetattr(nn.Module, 'y', 2)\n"
+    )
     names = _torch_names(tree)
     assigned = [n for n in ast.walk(tree) if isinstance(n, ast.Assign)]
     assert _root_name(assigned[0].targets[0]) in names

@@ -61,14 +61,19 @@ def test_width_shrinks_and_bad_args():
 def test_resnet18_training_flops_match_hand_count():
     # d2l ResNet-18 at 28x28: 0.912 GFLOP forward, x3 for forward + backward
     train = models.training_flops_per_sample(resnet18(), (1, 28, 28))
-    assert train == pytest.approx(3 * 0.9116e9, rel=1e-2) and train == pytest.approx(2.734e9, rel=1e-3)
+    assert train == pytest.approx(3 * 0.9116e9, rel=1e-2) and train == pytest.approx(
+        2.734e9, rel=1e-3
+    )
 
 
 def test_linear_layer_flops_are_exact():
     net = nn.Linear(10, 5, bias=False)
     # forward 2 * 10 * 5 (multiply-adds); backward the weight's gradient, as many again (the
     # input needs no gradient)
-    assert models.training_flops_per_sample(net, (10,), loss_fn=lambda out, y: out.sum()) == 2 * 2 * 10 * 5
+    assert (
+        models.training_flops_per_sample(net, (10,), loss_fn=lambda out, y: out.sum())
+        == 2 * 2 * 10 * 5
+    )
 
 
 def test_wrappers_are_unwrapped_and_model_untouched():
@@ -81,21 +86,24 @@ def test_wrappers_are_unwrapped_and_model_untouched():
     assert all(p.grad is None for p in net.parameters())
 
 
-@pytest.mark.parametrize("name,precision,tflops", [
-    ("NVIDIA H100 80GB HBM3", "bf16", 989.4),
-    ("NVIDIA H100 PCIe", "bf16", 756.5),
-    ("NVIDIA H200", "bf16", 989.4),
-    ("NVIDIA A100-SXM4-80GB", "tf32", 156.0),
-    ("NVIDIA A10", "bf16", 125.0),
-    ("Tesla V100-SXM2-16GB", "fp16", 125.0),
-])
+@pytest.mark.parametrize(
+    "name,precision,tflops",
+    [
+        ("NVIDIA H100 80GB HBM3", "bf16", 989.4),
+        ("NVIDIA H100 PCIe", "bf16", 756.5),
+        ("NVIDIA H200", "bf16", 989.4),
+        ("NVIDIA A100-SXM4-80GB", "tf32", 156.0),
+        ("NVIDIA A10", "bf16", 125.0),
+        ("Tesla V100-SXM2-16GB", "fp16", 125.0),
+    ],
+)
 def test_peak_table(name, precision, tflops):
     assert models.peak_flops(name, precision) == pytest.approx(tflops * 1e12)
 
 
 def test_unknown_devices_give_none_not_a_guess():
     assert models.peak_flops("Intel(R) Xeon(R) CPU") is None
-    assert models.peak_flops("Tesla V100-SXM2-16GB", "bf16") is None   # no bf16 hardware
+    assert models.peak_flops("Tesla V100-SXM2-16GB", "bf16") is None  # no bf16 hardware
     assert models.fraction_of_peak(1e12, "some laptop") is None
     assert models.fraction_of_peak(494.7e12, "NVIDIA H100 80GB HBM3", "bf16") == pytest.approx(0.5)
 

@@ -20,8 +20,15 @@ def _setup(pytester, seconds, catalog_entry):
 
 
 def _run(pytester):
-    return pytester.runpytest_subprocess("--nbval-lax", "--nbval-current-env", "-p", "tests.nbval_budget",
-                                         "99_tiny.ipynb", "-p", "no:cacheprovider")
+    return pytester.runpytest_subprocess(
+        "--nbval-lax",
+        "--nbval-current-env",
+        "-p",
+        "tests.nbval_budget",
+        "99_tiny.ipynb",
+        "-p",
+        "no:cacheprovider",
+    )
 
 
 ENTRY = """
@@ -70,15 +77,16 @@ def test_missing_from_catalog_fails(pytester):
 
 def test_skip_needs_and_shows_its_reason(pytester):
     _setup(pytester, 0, ENTRY.format(budget=60, extra='skip_reason = "needs 8 GPUs"'))
-    result = pytester.runpytest_subprocess("--nbval-lax", "--nbval-current-env", "-p", "tests.nbval_budget",
-                                           "99_tiny.ipynb", "-rs")
+    result = pytester.runpytest_subprocess(
+        "--nbval-lax", "--nbval-current-env", "-p", "tests.nbval_budget", "99_tiny.ipynb", "-rs"
+    )
     result.stdout.fnmatch_lines(["*needs 8 GPUs*"])
 
 
 def test_the_budget_stretches_only_for_other_programs_load():
     from tests.nbval_budget import allowed_seconds
 
-    assert allowed_seconds(60, 0.3, 2) == 60      # an idle machine
-    assert allowed_seconds(60, 2.0, 2) == 60      # the notebook keeps both cores busy itself
-    assert allowed_seconds(60, 4.0, 2) == 120     # another run takes half the machine
-    assert allowed_seconds(60, 7.0, 16) == 60     # a big machine with spare cores
+    assert allowed_seconds(60, 0.3, 2) == 60  # an idle machine
+    assert allowed_seconds(60, 2.0, 2) == 60  # the notebook keeps both cores busy itself
+    assert allowed_seconds(60, 4.0, 2) == 120  # another run takes half the machine
+    assert allowed_seconds(60, 7.0, 16) == 60  # a big machine with spare cores

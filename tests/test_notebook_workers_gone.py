@@ -33,11 +33,16 @@ def test_live_workers_sees_persistent_workers_and_their_end(tmp_path):
 @pytest.mark.parametrize("name", ["03_dataloader_workers.ipynb", "05_gpu_data_pipelines.ipynb"])
 def test_notebook_ends_by_asserting_no_worker_is_left(name):
     code = [c.source for c in nb_cells(name) if c.cell_type == "code"]
-    checks = [i for i, src in enumerate(code) if "pipelines.live_workers()" in src and "assert not left" in src]
+    checks = [
+        i
+        for i, src in enumerate(code)
+        if "pipelines.live_workers()" in src and "assert not left" in src
+    ]
     assert checks, f"{name} has no cell asserting that no worker is left"
-    after = code[checks[-1] + 1:]
-    assert not any("DataLoader(" in src for src in after), \
+    after = code[checks[-1] + 1 :]
+    assert not any("DataLoader(" in src for src in after), (
         "a loader is created after the final no-worker-left check"
+    )
 
 
 def nb_cells(name):

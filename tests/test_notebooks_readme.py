@@ -13,13 +13,16 @@ README = catalog.README.read_text()
 @pytest.mark.parametrize("entry", ENTRIES, ids=[e["file"] for e in ENTRIES])
 def test_every_catalog_notebook_is_in_the_guide(entry):
     assert f"[`{entry['file']}`]({entry['file']})" in README, (
-        f"{entry['file']} is missing from notebooks/README.md: run `python -m helpers.suite.catalog`")
+        f"{entry['file']} is missing from notebooks/README.md: "
+        "run `python -m helpers.suite.catalog`"
+    )
 
 
 def test_runtime_table_is_up_to_date():
     assert catalog.render_readme(README, ENTRIES) == README, (
         "the run-time table in notebooks/README.md differs from catalog.toml: "
-        "run `python -m helpers.suite.catalog`")
+        "run `python -m helpers.suite.catalog`"
+    )
 
 
 def test_table_rows_are_the_catalog_in_order():
@@ -29,9 +32,19 @@ def test_table_rows_are_the_catalog_in_order():
 
 
 def test_times_are_measured_or_say_so():
-    table = catalog.runtime_table([{"file": "99_x.ipynb", "title": "t", "needs": "cpu",
-                                    "smoke_seconds": 30, "budget_seconds": 60,
-                                    "full_seconds_gpu": 0, "full_seconds_cpu": 600}])
+    table = catalog.runtime_table(
+        [
+            {
+                "file": "99_x.ipynb",
+                "title": "t",
+                "needs": "cpu",
+                "smoke_seconds": 30,
+                "budget_seconds": 60,
+                "full_seconds_gpu": 0,
+                "full_seconds_cpu": 600,
+            }
+        ]
+    )
     row = table.splitlines()[-1]
     assert "| 30 s (budget 60 s) | 10.0 min | not measured yet | not measured yet |" in row
 
@@ -48,7 +61,9 @@ def test_render_needs_the_markers():
 def _unit_blocks() -> dict[str, str]:
     """The guide's "### NN — title" blocks, by notebook number."""
     parts = re.split(r"^### (\d\d) — .*$", README, flags=re.M)
-    return {num: body.split("\n## ", 1)[0] for num, body in zip(parts[1::2], parts[2::2], strict=True)}
+    return {
+        num: body.split("\n## ", 1)[0] for num, body in zip(parts[1::2], parts[2::2], strict=True)
+    }
 
 
 def test_every_unit_has_objectives_and_minutes_and_nothing_else_does():
@@ -68,7 +83,9 @@ def test_session_plans_name_only_units_that_exist():
     numbers = {e["file"][:2] for e in ENTRIES}
     for plan in ("**A 90-minute session**", "**A 3-hour lab**"):
         table = README.split(plan, 1)[1].split("\n\n", 2)[1]
-        named = set(re.findall(r"\b(\d\d)\b(?! ?[–-]\d)", re.sub(r"^\| [\d–]+ \|", "|", table, flags=re.M)))
+        named = set(
+            re.findall(r"\b(\d\d)\b(?! ?[–-]\d)", re.sub(r"^\| [\d–]+ \|", "|", table, flags=re.M))
+        )
         assert named and named <= numbers, f"{plan}: {sorted(named - numbers)} are not notebooks"
 
 

@@ -33,7 +33,9 @@ def test_waterfall_cumulative_speedups():
 
 
 def test_waterfall_restarts_from_the_last_kept_step():
-    fig = waterfall([("ref", 4.0), ("a", 2.0), ("slower", 3.0), ("b", 1.0)], kept=[True, True, False, True])
+    fig = waterfall(
+        [("ref", 4.0), ("a", 2.0), ("slower", 3.0), ("b", 1.0)], kept=[True, True, False, True]
+    )
     bars = fig.axes[0].patches
     # "slower" (dropped) floats from 2.0 up to 3.0; "b" floats from 2.0 (last kept) down to 1.0
     assert (bars[2].get_y(), bars[2].get_y() + bars[2].get_height()) == (2.0, 3.0)
@@ -58,7 +60,7 @@ def test_one_at_a_time_waits_for_the_holder_and_keeps_the_signature():
     ran = threading.Event()
     cell_holds, cell_may_end = threading.Event(), threading.Event()
 
-    def a_cell():   # what the kernel's pre/post_execute hooks do around a cell
+    def a_cell():  # what the kernel's pre/post_execute hooks do around a cell
         plotting._take_turn()
         cell_holds.set()
         cell_may_end.wait(30)
@@ -77,14 +79,15 @@ def test_one_at_a_time_waits_for_the_holder_and_keeps_the_signature():
 
 
 def test_a_hold_whose_end_never_came_is_given_back():
-    """A widget handler that raises skips post_execute; the thread's next start gives the hold back."""
+    """A widget handler that raises skips post_execute; the thread's next start gives the hold
+    back."""
     import threading
 
     from helpers import plotting
 
     def handler_that_raised_then_a_good_one():
-        plotting._take_turn()          # no _give_turn: the handler raised
-        plotting._take_turn()          # the next message on the same thread
+        plotting._take_turn()  # no _give_turn: the handler raised
+        plotting._take_turn()  # the next message on the same thread
         plotting._give_turn()
 
     t = threading.Thread(target=handler_that_raised_then_a_good_one)

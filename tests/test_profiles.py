@@ -13,7 +13,10 @@ def test_env_var_and_default(monkeypatch):
 
 
 def test_unknown_profile_lists_valid_ones():
-    with pytest.raises(ValueError, match="profile \\(or \\$FTG_PROFILE\\) must be one of 'smoke', 'full', 'auto', got"):
+    with pytest.raises(
+        ValueError,
+        match="profile \\(or \\$FTG_PROFILE\\) must be one of 'smoke', 'full', 'auto', got",
+    ):
         profiles.active("fast")
     with pytest.raises(TypeError, match="profile must be a string"):
         profiles.active(3)

@@ -33,9 +33,11 @@ from tests import notebook_sections as ns
 
 NOTEBOOKS = runner.notebook_paths()
 IDS = [p.stem[:2] for p in NOTEBOOKS]
-PROBE = ("print(__import__('json').dumps({'threads': __import__('torch').get_num_threads(), "
-         "'settings': {k: v for k, v in globals().items() if k.isupper() and not k.startswith('_') "
-         "and isinstance(v, (bool, int, float, str))}}))")
+PROBE = (
+    "print(__import__('json').dumps({'threads': __import__('torch').get_num_threads(), "
+    "'settings': {k: v for k, v in globals().items() if k.isupper() and not k.startswith('_') "
+    "and isinstance(v, (bool, int, float, str))}}))"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -45,8 +47,12 @@ def _smoke(monkeypatch):
 
 
 def _client(nb: nbformat.NotebookNode) -> NotebookClient:
-    return NotebookClient(nb, timeout=900, kernel_name="python3",
-                          resources={"metadata": {"path": str(runner.NOTEBOOKS)}})
+    return NotebookClient(
+        nb,
+        timeout=900,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(runner.NOTEBOOKS)}},
+    )
 
 
 def _run(client: NotebookClient, nb, i: int, what: str) -> None:
@@ -69,8 +75,9 @@ def test_each_section_imports_what_it_uses(path):
     setup, secs = ns.sections(nb)
     assert secs, f"{path.name}: no sections found"
     from_setup = set().union(*(ns.imported_names(nb.cells[i].source) for i in setup))
-    imports = {s.title: set().union(*(ns.imported_names(nb.cells[i].source) for i in s.code))
-               for s in secs}
+    imports = {
+        s.title: set().union(*(ns.imported_names(nb.cells[i].source) for i in s.code)) for s in secs
+    }
     problems = []
     for s in secs:
         used = set().union(*(ns.used_names(nb.cells[i].source) for i in s.code))
@@ -87,8 +94,11 @@ def _rebound_under_explore(cells: list[str]) -> list[str]:
     found = []
     for i, source in enumerate(cells):
         for fn, reads in ns.explore_callbacks(source).items():
-            found += [f"{fn} (cell {i}) reads {name}, which cell {j} binds again"
-                      for j in range(i + 1, len(cells)) for name in sorted(ns.bound_names(cells[j]) & reads)]
+            found += [
+                f"{fn} (cell {i}) reads {name}, which cell {j} binds again"
+                for j in range(i + 1, len(cells))
+                for name in sorted(ns.bound_names(cells[j]) & reads)
+            ]
     return found
 
 
@@ -100,11 +110,16 @@ def test_no_later_cell_rebinds_what_an_explore_callback_reads(path):
 
 
 def test_a_rebound_explore_name_is_found():
-    explore = ("import matplotlib.pyplot as plt\n@one_at_a_time\ndef explore(x=1):\n    plt.bar([0], [timed[x]])\n"
-               "widgets.interact(explore, x=widgets.Dropdown(options=[1, 2]))")
+    explore = (
+        "import matplotlib.pyplot as plt\n@one_at_a_time\n"
+        "def explore(x=1):\n    plt.bar([0], [timed[x]])\n"
+        "widgets.interact(explore, x=widgets.Dropdown(options=[1, 2]))"
+    )
     later = ["import matplotlib.pyplot as plt\nok = [r for r in rows]", "timed = [r for r in rows]"]
     assert _rebound_under_explore([explore, later[0]]) == []
-    assert _rebound_under_explore([explore, *later]) == ["explore (cell 0) reads timed, which cell 2 binds again"]
+    assert _rebound_under_explore([explore, *later]) == [
+        "explore (cell 0) reads timed, which cell 2 binds again"
+    ]
 
 
 @pytest.mark.learner
@@ -139,12 +154,16 @@ def test_skip_explore_rerun_everything_and_explore_first(path):
     # from the end of the setup on (the setup may set the notebook's thread count on purpose; the
     # cells before it, such as the hosted setup cell, see what the previous pass left)
     for i in (i for i in first if i >= after_setup):
-        assert second[i]["threads"] == first[i]["threads"], \
-            (f"{path.name}: after cell {i} the second time, torch uses {second[i]['threads']} threads, "
-             f"the first time {first[i]['threads']}: a section changed the thread count and kept it")
-    changed = {k: (v, second[after_setup]["settings"].get(k))
-               for k, v in first[after_setup]["settings"].items()
-               if second[after_setup]["settings"].get(k) != v}
+        assert second[i]["threads"] == first[i]["threads"], (
+            f"{path.name}: after cell {i} the second time, "
+            f"torch uses {second[i]['threads']} threads, "
+            f"the first time {first[i]['threads']}: a section changed the thread count and kept it"
+        )
+    changed = {
+        k: (v, second[after_setup]["settings"].get(k))
+        for k, v in first[after_setup]["settings"].items()
+        if second[after_setup]["settings"].get(k) != v
+    }
     assert not changed, f"{path.name}: the setup gives other settings when run again: {changed}"
 
     for s in (s for s in explore if s.run_first != ["above"]):
@@ -156,9 +175,14 @@ def test_skip_explore_rerun_everything_and_explore_first(path):
                 _run(client, nb, i, f"{path.name}, before '{s.title}'")
             for attempt in ("first", "second"):
                 for i in s.code:
-                    _run(client, nb, i, f"{path.name}, '{s.title}' right after "
-                         f"{'the setup' if not s.run_first else 'what it says to run first'} "
-                         f"({attempt} run)")
+                    _run(
+                        client,
+                        nb,
+                        i,
+                        f"{path.name}, '{s.title}' right after "
+                        f"{'the setup' if not s.run_first else 'what it says to run first'} "
+                        f"({attempt} run)",
+                    )
     print(f"\n{path.stem}: skip + re-run + explore-first in {time.perf_counter() - t0:.0f} s")
 
 
@@ -169,15 +193,21 @@ def test_interrupted_training_cell_runs_again():
     path = next(p for p in NOTEBOOKS if p.name.startswith("06_"))
     nb = ns.read(path)
     setup, secs = ns.sections(nb)
-    train = next(i for s in secs for i in s.code if "training.train(" in nb.cells[i].source
-                 and "learning-rate runs" in nb.cells[i].source)
+    train = next(
+        i
+        for s in secs
+        for i in s.code
+        if "training.train(" in nb.cells[i].source and "learning-rate runs" in nb.cells[i].source
+    )
     client = _client(nb)
     with client.setup_kernel():
         for i in setup:
             _run(client, nb, i, "setup")
         threads_before = _probe(client)["threads"]
         # Long enough on any machine that the interrupt lands inside the training loop.
-        client.execute_cell(nbformat.v4.new_code_cell("LR_EPOCHS_SET, LR_EPOCHS = LR_EPOCHS, 100_000"), 0)
+        client.execute_cell(
+            nbformat.v4.new_code_cell("LR_EPOCHS_SET, LR_EPOCHS = LR_EPOCHS, 100_000"), 0
+        )
 
         def interrupt_once_training() -> None:
             deadline = time.monotonic() + 240
@@ -196,9 +226,13 @@ def test_interrupted_training_cell_runs_again():
         with pytest.raises(CellExecutionError) as err:
             client.execute_cell(nb.cells[train], train)
         watcher.join(timeout=5)
-        assert err.value.ename == "KeyboardInterrupt", f"expected an interrupt, got {err.value.ename}"
+        assert err.value.ename == "KeyboardInterrupt", (
+            f"expected an interrupt, got {err.value.ename}"
+        )
         print(f"\ninterrupted after {time.perf_counter() - t0:.1f} s")
-        assert _probe(client)["threads"] == threads_before, "the interrupted cell kept its thread count"
+        assert _probe(client)["threads"] == threads_before, (
+            "the interrupted cell kept its thread count"
+        )
         client.execute_cell(nbformat.v4.new_code_cell("LR_EPOCHS = LR_EPOCHS_SET"), 0)
         nb.cells[train].outputs = []
         _run(client, nb, train, "the training cell run again after the interrupt")

@@ -25,7 +25,11 @@ def test_recorder_writes_measurements_and_verdicts(tmp_path, capsys):
     assert (tmp_path / "figures" / "01_test__curve.png").exists()
     out = capsys.readouterr().out  # the outcome, its rule in words with each threshold, the figures
     assert "[verdict] L3 - holds: uint8 copies 3x faster" in out
-    assert "rule: holds when the float32 copy takes >= 2x" in out and ">= 1.1x" in out and "copy_gain = 3" in out
+    assert (
+        "rule: holds when the float32 copy takes >= 2x" in out
+        and ">= 1.1x" in out
+        and "copy_gain = 3" in out
+    )
     rec.judge("L16", figure="strict load fails", prefix_load_failed=True)
     out = capsys.readouterr().out
     assert "[mechanism] L16 - mechanism shown" in out and "demonstrated, not tested" in out
@@ -58,10 +62,13 @@ def _two_notebooks(tmp_path):
     other.judge("L4", figure="1.05x", in_ram_gain=1.05, read_share=0.6)
     other.judge("L9", figure="graph kept", graph_bytes=1e6, after_backward_bytes=10.0)
     other.judge("L7", figure="drop", synthetic=True, worst_mean_drop=0.0, seed_spread=0.0)
-    (tmp_path / "run.json").write_text(json.dumps({"notebooks": {"02_test": {"status": "ok", "seconds": 3}}}))
+    (tmp_path / "run.json").write_text(
+        json.dumps({"notebooks": {"02_test": {"status": "ok", "seconds": 3}}})
+    )
     nbdir = tmp_path / "notebooks"
     nbdir.mkdir()
     import nbformat
+
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# hello *there*")])
     nbformat.write(nb, nbdir / "02_test.ipynb")
     return res
@@ -72,14 +79,18 @@ def test_report_shows_every_notebooks_verdict_and_flags_disagreement(tmp_path):
     rep = report.build(load_all(res), references=[])
     ledger = {c["claim"]: c for c in rep["ledger"]}
     assert [(e["notebook"], e["verdict"]) for e in ledger["L4"]["entries"]] == [
-        ("02_test", "holds"), ("05_test", "does not hold here")]
+        ("02_test", "holds"),
+        ("05_test", "does not hold here"),
+    ]
     assert ledger["L4"]["disagree"] and not ledger["L7"]["disagree"]
     # a claim meant for two notebooks, recorded by neither: both listed, without a verdict
     assert [e["notebook"] for e in ledger["L18"]["entries"]] == ["notebook 06", "notebook 14"]
     assert ledger["L18"]["entries"][0]["verdict"] == "no verdict recorded"
     assert rep["counts"]["holds"] == 1 and rep["counts"]["does not hold here"] == 1
     assert rep["counts"]["needs the real data set"] == 1
-    assert ">= 1.2x the samples/s" in ledger["L4"]["rule"]  # the rule's threshold travels with the verdict
+    assert (
+        ">= 1.2x the samples/s" in ledger["L4"]["rule"]
+    )  # the rule's threshold travels with the verdict
     assert ledger["L18"]["notebooks"] == ["06", "14"]  # from the catalog, the one source
     assert ledger["L9"]["kind"] == "mechanism" and rep["counts"]["mechanism shown"] == 1
 
@@ -103,9 +114,12 @@ def test_report_files_relative_links_no_markdown_in_html(tmp_path):
     assert "(notebooks disagree)" in md and "1,234" in md and "10.00x" in md
     verdicts, mechanisms = md.split("## Claims ledger: verdicts", 1)[1].split("## Mechanisms", 1)
     assert "**L4**" in verdicts and "**L9**" in mechanisms and "**L9**" not in verdicts
-    assert "demonstrated, not tested" in mechanisms and "measured: in_ram_gain = 10; read_share = 0.1" in verdicts
-    assert "](results/figures/02_test__bars.png)" in md           # relative to report.md
-    assert "](notebooks/02_test.html)" in md                      # the nbconvert copy
+    assert (
+        "demonstrated, not tested" in mechanisms
+        and "measured: in_ram_gain = 10; read_share = 0.1" in verdicts
+    )
+    assert "](results/figures/02_test__bars.png)" in md  # relative to report.md
+    assert "](notebooks/02_test.html)" in md  # the nbconvert copy
     assert str(tmp_path) not in md
     page = html_path.read_text()
     assert "data:image/png;base64," in page and "<table" in page
@@ -114,7 +128,7 @@ def test_report_files_relative_links_no_markdown_in_html(tmp_path):
     body = page.split("<body>", 1)[1]
     assert "**" not in body and "](" not in body and "\n- " not in body  # no literal Markdown
     rendered = (tmp_path / "notebooks" / "02_test.html").read_text()
-    assert "<h1" in rendered and "hello" in rendered                # rendered by nbconvert
+    assert "<h1" in rendered and "hello" in rendered  # rendered by nbconvert
 
 
 def test_report_shows_reference_runs(tmp_path):

@@ -29,12 +29,15 @@ def _signature(results_file: Path) -> tuple:
     r = json.loads(results_file.read_text())
     # Units, not names: a name may carry a measured outcome ("samples/s, 2 workers" for the best
     # worker count), which noise can change; what must not change is what gets measured.
-    return (sorted(m["unit"] for m in r["measurements"]),
-            sorted(v["claim"] for v in r["verdicts"]),
-            sorted(r["data_sources"]))
+    return (
+        sorted(m["unit"] for m in r["measurements"]),
+        sorted(v["claim"] for v in r["verdicts"]),
+        sorted(r["data_sources"]),
+    )
 
 
-@pytest.mark.learner  # a whole notebook run twice: `make test-learner` (02), `make test-twice` (all)
+# a whole notebook run twice: `make test-learner` (02), `make test-twice` (all)
+@pytest.mark.learner
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_second_run_gives_the_same_results(name, tmp_path, monkeypatch):
     if not ALL and not name.startswith("02_"):

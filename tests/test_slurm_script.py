@@ -1,4 +1,5 @@
-"""The Slurm script shown in notebook 16 is a valid bash script that runs notebook 14's DDP script."""
+"""The Slurm script shown in notebook 16 is a valid bash script that runs notebook 14's DDP
+script."""
 
 from __future__ import annotations
 
@@ -16,9 +17,15 @@ def test_slurm_script_is_valid_bash():
 
 def test_slurm_script_launches_torchrun_with_a_c10d_rendezvous():
     text = SCRIPT.read_text()
-    for part in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1", "srun torchrun",
-                 "--rdzv-backend=c10d", '--rdzv-endpoint="$HEAD_NODE:$PORT"',
-                 '--rdzv-id="$SLURM_JOB_ID"', '"$SCRIPT" --batch'):
+    for part in (
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks-per-node=1",
+        "srun torchrun",
+        "--rdzv-backend=c10d",
+        '--rdzv-endpoint="$HEAD_NODE:$PORT"',
+        '--rdzv-id="$SLURM_JOB_ID"',
+        '"$SCRIPT" --batch',
+    ):
         assert part in text, part
 
 
@@ -28,7 +35,7 @@ def test_the_arguments_it_passes_are_the_scripts_own(tmp_path):
     assert 'SCRIPT=$(realpath "${1:?' in text
     args = text.split('"$SCRIPT"', 1)[1].split()
     script = write_script("14_ddp.ipynb", "TRAIN_PY", tmp_path / "train_ddp.py").read_text()
-    parser = script[:script.index("a = p.parse_args()")] + "a = p.parse_args(ARGS)\n"
+    parser = script[: script.index("a = p.parse_args()")] + "a = p.parse_args(ARGS)\n"
     scope = {"ARGS": args}
     exec(compile(parser, "train_ddp.py", "exec"), scope)  # imports and the parser, no training
     assert scope["a"].batch == 256 and scope["a"].epochs == 2

@@ -19,14 +19,25 @@ def test_execute_writes_an_executed_copy_and_leaves_the_source(tmp_path):
     assert src.read_text() == before
 
 
-@pytest.mark.parametrize("message, tries, status", [
-    ("Kernel died before replying to kernel_info", 2, "ok"),  # a port taken meanwhile: start anew
-    ("No kernel is running!", 1, "failed"),                    # anything else is reported, not retried
-])
-def test_a_kernel_that_dies_before_any_cell_is_started_once_more(tmp_path, monkeypatch, message, tries, status):
+@pytest.mark.parametrize(
+    "message, tries, status",
+    [
+        (
+            "Kernel died before replying to kernel_info",
+            2,
+            "ok",
+        ),  # a port taken meanwhile: start anew
+        ("No kernel is running!", 1, "failed"),  # anything else is reported, not retried
+    ],
+)
+def test_a_kernel_that_dies_before_any_cell_is_started_once_more(
+    tmp_path, monkeypatch, message, tries, status
+):
     real, calls = runner.NotebookClient.execute, []
 
-    def dies_first(self, **kw):  # what jupyter_client raises when the kernel could not bind its ports
+    def dies_first(
+        self, **kw
+    ):  # what jupyter_client raises when the kernel could not bind its ports
         calls.append(1)
         if len(calls) == 1:
             raise RuntimeError(message)
@@ -57,13 +68,18 @@ def test_save_reference_copies_results_into_a_device_named_folder(tmp_path, monk
     res = tmp_path / "results"
     rec = results.Recorder("01_test", profile="full", directory=res)
     rec.measure("samples/s", 5.0, "samples/s")
-    rec.data["hardware"] = {"cpu": "Some CPU", "gpus": [{"name": "NVIDIA H100 80GB HBM3", "memory_gib": 79.1}]}
+    rec.data["hardware"] = {
+        "cpu": "Some CPU",
+        "gpus": [{"name": "NVIDIA H100 80GB HBM3", "memory_gib": 79.1}],
+    }
     rec.save()
     target = runner.save_reference(res)
     assert target.parent == tmp_path / "reference"
     assert target.name.endswith("_NVIDIA-H100-80GB-HBM3") and target.name[:4].isdigit()
     saved = results.load_all(target)
-    assert [r["notebook"] for r in saved] == ["01_test"] and saved[0]["measurements"][0]["value"] == 5.0
+    assert [r["notebook"] for r in saved] == ["01_test"] and saved[0]["measurements"][0][
+        "value"
+    ] == 5.0
     # the report picks the folder up as a reference run
     from helpers.suite import report
 
@@ -83,11 +99,16 @@ def test_reference_run_dir_rejects_a_blank_device_name():
 
 
 def test_executed_copies_carry_the_plots_even_from_a_shell_with_agg(tmp_path, monkeypatch):
-    """`make run` draws inline whatever the caller's MPLBACKEND: the copies and the report show plots."""
+    """`make run` draws inline whatever the caller's MPLBACKEND: the copies and the report show
+    plots."""
     nbs = tmp_path / "notebooks"
     nbs.mkdir()
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell("import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()")]
+    nb.cells = [
+        nbformat.v4.new_code_cell(
+            "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()"
+        )
+    ]
     nbformat.write(nb, nbs / "99_plot.ipynb")
     monkeypatch.setattr(runner, "NOTEBOOKS", nbs)
     monkeypatch.setenv("MPLBACKEND", "Agg")  # restored after the test, whatever main() sets
@@ -112,9 +133,11 @@ import psutil  # noqa: E402
 
 from helpers import paths  # noqa: E402
 
-RECORD = ("from helpers.suite import results\n"
-          "rec = results.Recorder('{0}', profile='smoke')\n"
-          "rec.measure('answer', 42.0, 'units')")
+RECORD = (
+    "from helpers.suite import results\n"
+    "rec = results.Recorder('{0}', profile='smoke')\n"
+    "rec.measure('answer', 42.0, 'units')"
+)
 
 
 def _notebooks(folder: Path, **cells: list[str]) -> Path:
@@ -127,13 +150,33 @@ def _notebooks(folder: Path, **cells: list[str]) -> Path:
 
 
 def _suite(tmp_path: Path, source: Path, *extra: str, **popen) -> subprocess.Popen:
-    env = {**os.environ, "FTG_BUILD_DIR": str(tmp_path / "build"),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(paths.ROOT), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "FTG_BUILD_DIR": str(tmp_path / "build"),
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(paths.ROOT), os.environ.get("PYTHONPATH")])
+        ),
+    }
     env.pop("FTG_RESULTS_DIR", None)
-    return subprocess.Popen([sys.executable, "-m", "helpers.suite", "--profile", "smoke",
-                             "--source", str(source), "--timeout", "120", *extra],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            **popen)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "helpers.suite",
+            "--profile",
+            "smoke",
+            "--source",
+            str(source),
+            "--timeout",
+            "120",
+            *extra,
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        **popen,
+    )
 
 
 def _run_log(build: Path) -> dict:
@@ -143,30 +186,46 @@ def _run_log(build: Path) -> dict:
 def test_every_kind_of_failure_is_recorded_and_the_others_still_run(tmp_path):
     """A cell error, a kernel that exits (os._exit), one killed like the OOM killer does: each
     is failed with its reason and its partly executed copy; the rest run. (Cell timeouts: below.)"""
-    src = _notebooks(tmp_path / "nbs",
-                     **{"01_ok": [RECORD, "import torch\nwith torch.profiler.profile():\n    torch.ones(2) + 1"],
-                        "02_dies": [RECORD, "import os; os._exit(1)", "print('never')"],
-                        "03_oom": ["import os, signal; os.kill(os.getpid(), signal.SIGKILL)"],
-                        "04_error": ["raise ValueError('boom')"],
-                        "06_ok": [RECORD]})
+    src = _notebooks(
+        tmp_path / "nbs",
+        **{
+            "01_ok": [
+                RECORD,
+                "import torch\nwith torch.profiler.profile():\n    torch.ones(2) + 1",
+            ],
+            "02_dies": [RECORD, "import os; os._exit(1)", "print('never')"],
+            "03_oom": ["import os, signal; os.kill(os.getpid(), signal.SIGKILL)"],
+            "04_error": ["raise ValueError('boom')"],
+            "06_ok": [RECORD],
+        },
+    )
     p = _suite(tmp_path, src)
     out, _ = p.communicate(timeout=600)
     assert p.returncode == 1, out
     build = tmp_path / "build"
     log = _run_log(build)
     nbs = log["notebooks"]
-    assert log["state"] == "finished" and list(nbs) == ["01_ok", "02_dies", "03_oom", "04_error", "06_ok"]
+    assert log["state"] == "finished" and list(nbs) == [
+        "01_ok",
+        "02_dies",
+        "03_oom",
+        "04_error",
+        "06_ok",
+    ]
     assert nbs["01_ok"]["status"] == nbs["06_ok"]["status"] == "ok"
     assert "kernel died: it exited with status 1" in nbs["02_dies"]["error"]
     assert "killed by SIGKILL" in nbs["03_oom"]["error"]
     assert "ValueError: boom" in nbs["04_error"]["error"]
     copy = nbformat.read(build / "latest" / "notebooks" / "02_dies.ipynb", as_version=4)
-    assert "failed" in copy.cells[0].source and copy.cells[1].outputs[0]["text"].startswith("[measured] answer")
+    assert "failed" in copy.cells[0].source and copy.cells[1].outputs[0]["text"].startswith(
+        "[measured] answer"
+    )
     md = (build / "report.md").read_text()
     run_md = (build / "latest" / "report.md").read_text()
     # the same report in both places, each with links relative to itself that resolve
     assert md.replace("runs/" + log["run"] + "/", "") == run_md
     import re as _re
+
     for folder, text in ((build, md), (build / "latest", run_md)):
         links = _re.findall(r"\]\(([^)]+\.html)\)", text)
         assert links and all((folder / link).exists() for link in links), links
@@ -179,7 +238,9 @@ def test_every_kind_of_failure_is_recorded_and_the_others_still_run(tmp_path):
 
 
 def test_a_cell_timeout_is_recorded_with_the_partly_executed_copy(tmp_path):
-    src = _notebooks(tmp_path / "nbs", **{"01_slow": ["print('started')", "import time; time.sleep(600)"]})
+    src = _notebooks(
+        tmp_path / "nbs", **{"01_slow": ["print('started')", "import time; time.sleep(600)"]}
+    )
     res = runner.execute(src / "01_slow.ipynb", tmp_path / "out", timeout=3)
     assert res["status"] == "failed" and "cell timed out after 3 s" in res["error"]
     copy = nbformat.read(tmp_path / "out" / "01_slow.ipynb", as_version=4)
@@ -189,11 +250,16 @@ def test_a_cell_timeout_is_recorded_with_the_partly_executed_copy(tmp_path):
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["Ctrl-C", "SIGTERM"])
 def test_a_signal_stops_the_run_ends_every_process_and_reports_what_finished(sig, tmp_path):
     marker = tmp_path / "worker.pid"
-    hang = ("import subprocess, sys, time\n"
-            "w = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True)\n"
-            f"open({str(marker)!r}, 'w').write(str(w.pid))\n"
-            "time.sleep(600)")
-    src = _notebooks(tmp_path / "nbs", **{"01_ok": [RECORD], "02_hangs": [RECORD, hang], "03_never": [RECORD]})
+    hang = (
+        "import subprocess, sys, time\n"
+        "w = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], "
+        "start_new_session=True)\n"
+        f"open({str(marker)!r}, 'w').write(str(w.pid))\n"
+        "time.sleep(600)"
+    )
+    src = _notebooks(
+        tmp_path / "nbs", **{"01_ok": [RECORD], "02_hangs": [RECORD, hang], "03_never": [RECORD]}
+    )
     build = tmp_path / "build"
     (build).mkdir()
     (build / "report.md").write_text("an old report")
@@ -221,10 +287,14 @@ def test_a_signal_stops_the_run_ends_every_process_and_reports_what_finished(sig
     log = _run_log(build)
     assert log["state"] == "interrupted" and log["stopped_by"] == sig.name
     assert log["notebooks"]["01_ok"]["status"] == "ok"
-    assert log["notebooks"]["02_hangs"]["status"] == "interrupted" and log["not_run"] == ["03_never"]
+    assert log["notebooks"]["02_hangs"]["status"] == "interrupted" and log["not_run"] == [
+        "03_never"
+    ]
     md = (build / "report.md").read_text()
     assert f"INTERRUPTED** by {sig.name}" in md and "not run: 03_never" in md
-    assert "## 01_ok" in md and "## 02_hangs" in md  # what finished, and what the stopped one measured
+    assert (
+        "## 01_ok" in md and "## 02_hangs" in md
+    )  # what finished, and what the stopped one measured
     assert (build / "latest" / "notebooks" / "02_hangs.ipynb").exists()
 
 
@@ -237,5 +307,8 @@ def test_two_runs_at_once_keep_their_own_results(tmp_path):
     assert len(runs) == 2
     for run in runs:
         assert json.loads((run / "run.json").read_text())["state"] == "finished"
-        assert json.loads((run / "results" / "01_ok.json").read_text())["measurements"][0]["value"] == 42.0
+        assert (
+            json.loads((run / "results" / "01_ok.json").read_text())["measurements"][0]["value"]
+            == 42.0
+        )
     assert not (tmp_path / "build" / "results").exists(), "a run wrote outside its own folder"

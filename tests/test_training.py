@@ -22,7 +22,7 @@ def _blobs(n: int = 256, d: int = 8, classes: int = 3, seed: int = 0):
 
 
 def _batches(X, y, bs):
-    return [(X[i:i + bs], y[i:i + bs]) for i in range(0, len(X), bs)]
+    return [(X[i : i + bs], y[i : i + bs]) for i in range(0, len(X), bs)]
 
 
 def _mlp(d: int = 8, classes: int = 3, seed: int = 0) -> nn.Module:
@@ -101,28 +101,40 @@ def test_bad_data_gives_clear_errors():
 
 def test_steps_per_epoch_goes_round_a_short_train_iter():
     X, y = _blobs(n=64)
-    hist = training.train(_mlp(), _batches(X, y, 16), device="cpu", steps_per_epoch=10,
-                          num_epochs=2, progress=False)
+    hist = training.train(
+        _mlp(), _batches(X, y, 16), device="cpu", steps_per_epoch=10, num_epochs=2, progress=False
+    )
     assert [(e.samples, e.optimizer_steps) for e in hist] == [(160, 10), (160, 10)]
 
 
 def test_lr_schedules_and_momentum():
     X, y = _blobs(n=64)
     data = _batches(X, y, 16)
-    decay = training.train(_mlp(), data, device="cpu", lr=0.2, lr_schedule="linear-decay",
-                           num_epochs=2, progress=False)
+    decay = training.train(
+        _mlp(), data, device="cpu", lr=0.2, lr_schedule="linear-decay", num_epochs=2, progress=False
+    )
     # the rate of each epoch's last update: steps 4 and 8 of 8, falling linearly from 0.2
     assert [e.lr for e in decay] == pytest.approx([0.2 * 5 / 8, 0.2 / 8])
-    cycle = training.train(_mlp(), data, device="cpu", lr=0.2, lr_schedule="one-cycle",
-                           momentum=0.9, steps_per_epoch=12, progress=False)
+    cycle = training.train(
+        _mlp(),
+        data,
+        device="cpu",
+        lr=0.2,
+        lr_schedule="one-cycle",
+        momentum=0.9,
+        steps_per_epoch=12,
+        progress=False,
+    )
     assert cycle[-1].optimizer_steps == 12 and cycle[-1].lr < 0.2 / 100  # annealed to about 0
     assert cycle[-1].accuracy > 0.5
     with pytest.raises(ValueError, match="lr_schedule='one-cycle' needs the run's length"):
-        training.train(_mlp(), (b for b in data), device="cpu", lr_schedule="one-cycle",
-                       progress=False)
+        training.train(
+            _mlp(), (b for b in data), device="cpu", lr_schedule="one-cycle", progress=False
+        )
 
 
 # --- checkpoints ---------------------------------------------------------------------------
+
 
 def test_module_prefix_fails_then_strips():
     net = nn.Linear(3, 2)
@@ -169,6 +181,7 @@ def test_weights_only_refuses_code_in_a_pickle():
 
 # --- memory --------------------------------------------------------------------------------
 
+
 def test_saved_tensors_are_alive_with_the_graph_and_freed_after_backward():
     net = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 1))
     X = torch.randn(128, 64)
@@ -199,7 +212,9 @@ def test_a_kept_loss_keeps_the_graph_but_item_does_not():
 
 
 def test_peak_step_bytes_grows_with_batch_on_cpu():
-    net = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 16, 3))
+    net = nn.Sequential(
+        nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 16, 3)
+    )
     y = torch.randint(0, 3, (64,))
 
     def step(n):
@@ -214,26 +229,26 @@ def test_peak_step_bytes_grows_with_batch_on_cpu():
 def test_peak_tensor_bytes_sees_freed_and_kept_tensors():
     a = torch.randn(1024)  # made before the block: not counted
     with training.PeakTensorBytes() as m:
-        b = a * 2                 # 4 KiB alive
-        c = b + 1                 # 8 KiB alive at once
-        del b, c                  # freed
-        d = a.repeat(4)           # 16 KiB
+        b = a * 2  # 4 KiB alive
+        c = b + 1  # 8 KiB alive at once
+        del b, c  # freed
+        d = a.repeat(4)  # 16 KiB
     assert m.peak == 16 * 1024 and m.current == 16 * 1024
     del d
     with training.PeakTensorBytes() as m2:
         for _ in range(10):
-            e = a * 3             # each iteration frees the previous one
-    assert m2.peak == 2 * 4096    # the new one exists before the old one is released
+            e = a * 3  # each iteration frees the previous one
+    assert m2.peak == 2 * 4096  # the new one exists before the old one is released
     del e
 
 
 def test_peak_tensor_bytes_counts_no_view_or_update_of_a_tensor_made_before():
     lin = nn.Linear(256, 256)  # a 256 KiB weight, made before the block
     with training.PeakTensorBytes() as m:
-        lin.weight.t()                      # a view of the weight: no new memory
+        lin.weight.t()  # a view of the weight: no new memory
         with torch.no_grad():
-            lin.weight.mul_(1.0)            # an optimizer-style in-place update: none either
-        out = lin(torch.randn(4, 256))      # 4 KiB input + 4 KiB output, and views of the weight
+            lin.weight.mul_(1.0)  # an optimizer-style in-place update: none either
+        out = lin(torch.randn(4, 256))  # 4 KiB input + 4 KiB output, and views of the weight
     assert m.peak == 2 * 4 * 256 * 4, m.peak
     del out
 
@@ -242,8 +257,10 @@ def test_peak_step_bytes_shows_what_activation_checkpointing_saves():
     from torch.utils.checkpoint import checkpoint
 
     torch.manual_seed(0)
-    blocks = nn.ModuleList(nn.Sequential(*[m for _ in range(3) for m in (nn.Linear(128, 128), nn.Tanh())])
-                           for _ in range(8))
+    blocks = nn.ModuleList(
+        nn.Sequential(*[m for _ in range(3) for m in (nn.Linear(128, 128), nn.Tanh())])
+        for _ in range(8)
+    )
     X = torch.randn(2048, 128)
 
     def step(ckpt: bool):
@@ -252,6 +269,7 @@ def test_peak_step_bytes_shows_what_activation_checkpointing_saves():
             for b in blocks:
                 x = checkpoint(b, x, use_reentrant=False) if ckpt else b(x)
             x.sum().backward()
+
         return run
 
     plain, how = training.peak_step_bytes(step(False), "cpu")

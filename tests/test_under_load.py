@@ -49,9 +49,14 @@ def _stamp(cell, key: str) -> datetime.datetime:
 def cell_seconds(executed: Path) -> list[tuple[set[str], float]]:
     """Each executed code cell's tags and seconds, from the timings nbclient records."""
     nb = nbformat.read(executed, as_version=4)
-    return [(set(c.metadata.get("tags", [])),
-             (_stamp(c, "shell.execute_reply") - _stamp(c, "iopub.execute_input")).total_seconds())
-            for c in nb.cells if c.cell_type == "code" and "execution" in c.metadata]
+    return [
+        (
+            set(c.metadata.get("tags", [])),
+            (_stamp(c, "shell.execute_reply") - _stamp(c, "iopub.execute_input")).total_seconds(),
+        )
+        for c in nb.cells
+        if c.cell_type == "code" and "execution" in c.metadata
+    ]
 
 
 def counted_seconds(nb: Path, out_dir: Path) -> float:
@@ -63,8 +68,12 @@ def counted_seconds(nb: Path, out_dir: Path) -> float:
 
 
 def test_cell_seconds_reads_nbclient_timings(tmp_path):
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import time; time.sleep(0.3)"),
-                                         nbformat.v4.new_code_cell("1", metadata={"tags": [ON_PURPOSE]})])
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell("import time; time.sleep(0.3)"),
+            nbformat.v4.new_code_cell("1", metadata={"tags": [ON_PURPOSE]}),
+        ]
+    )
     path = tmp_path / "timed.ipynb"
     nbformat.write(nb, path)
     runner.execute(path, tmp_path / "out", timeout=60)
@@ -77,7 +86,10 @@ def test_beside_one_busy_process_slower_never_stalled(nb, tmp_path):
     alone = counted_seconds(nb, tmp_path / "alone")
     with one_busy_process():
         loaded = counted_seconds(nb, tmp_path / "loaded")
-    print(f"\n{nb.stem}: {alone:.1f} s alone, {loaded:.1f} s beside one busy process "
-          f"({loaded / alone:.2f}x)")
-    assert loaded <= MOST_SLOWDOWN * alone + SLACK_SECONDS, \
+    print(
+        f"\n{nb.stem}: {alone:.1f} s alone, {loaded:.1f} s beside one busy process "
+        f"({loaded / alone:.2f}x)"
+    )
+    assert loaded <= MOST_SLOWDOWN * alone + SLACK_SECONDS, (
         f"{nb.name}: {loaded:.1f} s beside one busy process, {alone:.1f} s alone"
+    )

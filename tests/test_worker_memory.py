@@ -29,7 +29,9 @@ def _sample_one_child(out) -> None:
         if not ready.wait(60):
             out.put("the child did not touch its memory within 60 s")
             return
-        time.sleep(0.5)  # several samples while the child holds its memory, however slow the machine
+        time.sleep(
+            0.5
+        )  # several samples while the child holds its memory, however slow the machine
         release.set()
     p.join()
     out.put({**mem.summary(), "live": wm.live_workers()})
@@ -44,7 +46,7 @@ def test_sampler_sees_a_child_and_its_memory():
     parent.join(60)
     assert isinstance(s, dict), s
     assert s["workers"] == 1
-    assert s["uss_mb"] >= 60          # the 64 MB it touched
+    assert s["uss_mb"] >= 60  # the 64 MB it touched
     assert s["rss_mb"] >= s["uss_mb"]
     # counted once in the total, not as a share of pages it shares with its parent
     assert 50 <= s["added_mb"] <= 120
@@ -59,7 +61,10 @@ def test_sampler_without_children():
 
 
 def test_bad_interval():
-    with pytest.raises(ValueError, match="WorkerMemorySampler: interval must be a positive finite number of seconds"):
+    with pytest.raises(
+        ValueError,
+        match="WorkerMemorySampler: interval must be a positive finite number of seconds",
+    ):
         wm.WorkerMemorySampler(interval=0)
 
 

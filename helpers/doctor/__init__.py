@@ -18,8 +18,14 @@ findings), watcher (the in-notebook form), text (the words), cli (the shell form
 from importlib import import_module
 
 __all__ = ["Finding", "Measured", "Watch", "diagnose", "render", "watch"]
-_WHERE = {"Finding": "rules", "Measured": "rules", "diagnose": "rules", "render": "text",
-          "Watch": "watcher", "watch": "watcher"}
+_WHERE = {
+    "Finding": "rules",
+    "Measured": "rules",
+    "diagnose": "rules",
+    "render": "text",
+    "Watch": "watcher",
+    "watch": "watcher",
+}
 
 
 def __getattr__(name: str) -> object:

@@ -31,17 +31,28 @@ if TYPE_CHECKING:
     from .session import Session
 
 MIN_STEPS = 12  # warm-up 2, timed >= 3 (+ margin), profiled 2, counted 2
-PROCESSES = ("the script started processes of its own ({}): the doctor watches only the process "
-             "it started; a torchrun or mp.spawn worker's steps are not seen. Diagnose one "
-             "process: run its training function in a plain script (one rank, world size 1).")
+PROCESSES = (
+    "the script started processes of its own ({}): the doctor watches only the process "
+    "it started; a torchrun or mp.spawn worker's steps are not seen. Diagnose one "
+    "process: run its training function in a plain script (one rank, world size 1)."
+)
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m helpers.doctor", description=__doc__.split("\n\n")[1])
-    p.add_argument("--steps", type=int, default=30, help=f"optimizer steps to watch (>= {MIN_STEPS})")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds before the script is ended")
-    p.add_argument("--json", action="store_true",
-                   help="the diagnosis as JSON on stdout (the script's own output: on stderr)")
+    p = argparse.ArgumentParser(
+        prog="python -m helpers.doctor", description=__doc__.split("\n\n")[1]
+    )
+    p.add_argument(
+        "--steps", type=int, default=30, help=f"optimizer steps to watch (>= {MIN_STEPS})"
+    )
+    p.add_argument(
+        "--timeout", type=float, default=300.0, help="seconds before the script is ended"
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="the diagnosis as JSON on stdout (the script's own output: on stderr)",
+    )
     p.add_argument("script", help="the training script, run unmodified")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
     a = p.parse_args(argv)
@@ -58,24 +69,45 @@ def main(argv: list[str] | None = None) -> int:
     a = parse(argv)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "diagnosis.json"
-        cmd = [sys.executable, "-m", "helpers.doctor.cli", "--child", str(out), str(a.steps),
-               a.script, *a.args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "helpers.doctor.cli",
+            "--child",
+            str(out),
+            str(a.steps),
+            a.script,
+            *a.args,
+        ]
         # With --json, stdout is the JSON alone: the script's own output goes to stderr.
         child = subprocess.Popen(cmd, start_new_session=True, stdout=sys.stderr if a.json else None)
         try:
             child.wait(timeout=a.timeout)
-            result = json.loads(out.read_text()) if out.is_file() else {
-                "error": f"the script's process ended (status {child.returncode}) before a diagnosis"}
+            result = (
+                json.loads(out.read_text())
+                if out.is_file()
+                else {
+                    "error": f"the script's process ended (status {child.returncode}) "
+                    "before a diagnosis"
+                }
+            )
         except subprocess.TimeoutExpired:
-            result = {"error": f"the script ran past --timeout {a.timeout:g} s before the doctor had "
-                               "seen enough steps; it was ended", "status": 3}
+            result = {
+                "error": f"the script ran past --timeout {a.timeout:g} s before the doctor had "
+                "seen enough steps; it was ended",
+                "status": 3,
+            }
         finally:
             end_group(child)
     if a.json:
-        print(json.dumps({k: v for k, v in result.items() if k not in ("text", "status")}, indent=1))
+        print(
+            json.dumps({k: v for k, v in result.items() if k not in ("text", "status")}, indent=1)
+        )
     else:
-        print(result.get("text") or f"doctor: could not diagnose: {result['error']}",
-              file=sys.stdout if "text" in result else sys.stderr)
+        print(
+            result.get("text") or f"doctor: could not diagnose: {result['error']}",
+            file=sys.stdout if "text" in result else sys.stderr,
+        )
     return 0 if "text" in result else result.get("status", 2)
 
 
@@ -108,8 +140,12 @@ def child(out: Path, steps: int, script: str, args: list[str]) -> None:
     from .session import Session, Stop  # torch: only in the script's process
 
     # --steps bounds the run: windows counted in steps only (the notebook form also asks for time)
-    session = Session(timed=max(3, steps - 12), seconds=0.0, on_done=_stop,
-                      trials=lambda s: _threads_trial(s, steps))
+    session = Session(
+        timed=max(3, steps - 12),
+        seconds=0.0,
+        on_done=_stop,
+        trials=lambda s: _threads_trial(s, steps),
+    )
     seen: set[str] = set()
     stop = threading.Event()
     threading.Thread(target=_watch_children, args=(seen, stop), daemon=True).start()
@@ -138,8 +174,10 @@ def _result(session: Session, error: str | None, seen: set[str]) -> dict:
     from .text import render
 
     if session.steps == 0 and error is None:
-        error = ("no optimizer step seen: the doctor counts steps of a torch.optim optimizer "
-                 "(optimizer.step()), and the script took none")
+        error = (
+            "no optimizer step seen: the doctor counts steps of a torch.optim optimizer "
+            "(optimizer.step()), and the script took none"
+        )
         if seen:
             error += ". " + PROCESSES.format("; ".join(sorted(seen)[:3]))
     if error is None or session.named("timed") is not None:
@@ -147,8 +185,10 @@ def _result(session: Session, error: str | None, seen: set[str]) -> dict:
             m = session.measured()
         except RuntimeError as e:
             return {"error": error or str(e)}
-        m.unseen.append("DataLoader settings and their what-ifs: from outside a script the loader "
-                        "is not in hand (workers are counted as child processes; doctor.watch tries both)")
+        m.unseen.append(
+            "DataLoader settings and their what-ifs: from outside a script the loader "
+            "is not in hand (workers are counted as child processes; doctor.watch tries both)"
+        )
         if error:
             m.unseen.append(f"the script stopped early: {error}")
         findings = rules.diagnose(m)
@@ -173,8 +213,12 @@ def _threads_trial(s: Session, steps: int) -> list:
     if not rules.oversubscribed(m) or s.steps + 2 + s.trial_steps > steps:
         return []
     before = torch.get_num_threads()
-    return s.trial("threads", lambda: torch.set_num_threads(m.fair_threads()),
-                   lambda: torch.set_num_threads(before), None)
+    return s.trial(
+        "threads",
+        lambda: torch.set_num_threads(m.fair_threads()),
+        lambda: torch.set_num_threads(before),
+        None,
+    )
 
 
 if __name__ == "__main__":

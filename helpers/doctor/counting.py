@@ -17,11 +17,26 @@ from torch.utils._python_dispatch import TorchDispatchMode  # the documented hom
 
 # Ops that make the host wait for the device: a value read on the host, or a result whose size
 # depends on the data (nonzero, masked_select, unique).
-SYNC_OPS = {"_local_scalar_dense", "nonzero", "masked_select", "unique_consecutive", "_unique2",
-            "repeat_interleave"}
+SYNC_OPS = {
+    "_local_scalar_dense",
+    "nonzero",
+    "masked_select",
+    "unique_consecutive",
+    "_unique2",
+    "repeat_interleave",
+}
 # The ops that do the arithmetic of a training step: their dtype and layout decide its speed.
-HOT_OPS = {"mm", "addmm", "bmm", "baddbmm", "convolution", "convolution_backward",
-           "_convolution", "mkldnn_convolution", "cudnn_convolution"}
+HOT_OPS = {
+    "mm",
+    "addmm",
+    "bmm",
+    "baddbmm",
+    "convolution",
+    "convolution_backward",
+    "_convolution",
+    "mkldnn_convolution",
+    "cudnn_convolution",
+}
 
 
 def _name(func: object) -> str:
@@ -29,7 +44,11 @@ def _name(func: object) -> str:
 
 
 def _layout(t: torch.Tensor) -> str:
-    if t.dim() == 4 and not t.is_contiguous() and t.is_contiguous(memory_format=torch.channels_last):
+    if (
+        t.dim() == 4
+        and not t.is_contiguous()
+        and t.is_contiguous(memory_format=torch.channels_last)
+    ):
         return "channels_last"
     return "contiguous" if t.is_contiguous() else "strided"
 
@@ -69,7 +88,9 @@ class OpCounter(TorchDispatchMode):
         """A copy from an accelerator to the host (`.cpu()`, `.numpy()` of a GPU tensor)."""
         if name == "_to_copy" and args and isinstance(args[0], torch.Tensor):
             dev = kwargs.get("device")
-            return args[0].device.type != "cpu" and dev is not None and torch.device(dev).type == "cpu"
+            return (
+                args[0].device.type != "cpu" and dev is not None and torch.device(dev).type == "cpu"
+            )
         if name == "copy_" and len(args) > 1 and all(isinstance(a, torch.Tensor) for a in args[:2]):
             return args[0].device.type == "cpu" and args[1].device.type != "cpu"
         return False

@@ -13,14 +13,23 @@ from .rules import Measured
 # torch.utils.data names the DataLoader's `__next__` so the profiler can show it.
 LOADER_EVENT = "enumerate(DataLoader)"
 # CUDA runtime calls in which the host waits for the device.
-STALL_EVENTS = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
-                "cudaMemcpy", "cudaMemcpyAsync"}
+STALL_EVENTS = {
+    "cudaStreamSynchronize",
+    "cudaDeviceSynchronize",
+    "cudaEventSynchronize",
+    "cudaMemcpy",
+    "cudaMemcpyAsync",
+}
 UNSEEN = {
-    "cpu": ["syncs: counted, not costed (a CPU has no queue to drain; a GPU would pay for each); "
-            ".cpu()/.tolist()/.numpy()/print(t) run no op on a CPU and are not counted",
-            "device busy: a CPU is not a separate device that could idle"],
-    "mps": ["device busy and sync stalls: torch.profiler does not time MPS kernels",
-            "memory peak: the process's resident memory, not the GPU's"],
+    "cpu": [
+        "syncs: counted, not costed (a CPU has no queue to drain; a GPU would pay for each); "
+        ".cpu()/.tolist()/.numpy()/print(t) run no op on a CPU and are not counted",
+        "device busy: a CPU is not a separate device that could idle",
+    ],
+    "mps": [
+        "device busy and sync stalls: torch.profiler does not time MPS kernels",
+        "memory peak: the process's resident memory, not the GPU's",
+    ],
     "cuda": [],
 }
 
@@ -63,8 +72,10 @@ def _from_profiler(prof: torch.profiler.profile, w: object, m: Measured) -> None
     if m.device == "cuda":
         m.busy = min(1.0, busy / window_us) if window_us > 0 else None
         m.stall_s = 1e-6 * stall / w.steps
-        m.tensor_cores_idle = (devices.capabilities("cuda").ok("tf32")  # TF32 tensor cores: 8.0+
-                               and torch.get_float32_matmul_precision() == "highest")
+        m.tensor_cores_idle = (
+            devices.capabilities("cuda").ok("tf32")  # TF32 tensor cores: 8.0+
+            and torch.get_float32_matmul_precision() == "highest"
+        )
 
 
 def _memory(session: object, m: Measured) -> None:

@@ -98,7 +98,9 @@ class Finding:
 def _predict(f: Finding, m: Measured, trial: str) -> Finding:
     t = m.trials.get(trial)
     if t is not None:
-        f.predicted_speedup = m.step_s / t.step_s if not m.batch_size else t.samples_per_s / m.samples_per_s
+        f.predicted_speedup = (
+            m.step_s / t.step_s if not m.batch_size else t.samples_per_s / m.samples_per_s
+        )
         f.predicted_samples_per_s = t.samples_per_s if m.batch_size else None
     return f
 
@@ -110,13 +112,21 @@ def input_bound(m: Measured) -> Finding | None:
     if share < INPUT_WAIT_SHARE:
         return None
     workers = m.loader.get("num_workers") if m.loader else m.workers
-    return _predict(Finding(
-        "input-bound", f"waits {1e3 * m.wait_s:.1f} ms for data of a {1e3 * m.step_s:.1f} ms step "
-        f"({100 * share:.0f} %); num_workers={workers}, {m.cores} usable cores", share,
-        f"DataLoader(num_workers={max(1, m.cores)}, persistent_workers=True"
-        f"{', pin_memory=True' if m.device == 'cuda' else ''}), or lighter per-sample work",
-        NOTEBOOKS["input-bound"], rule=f"data wait >= {INPUT_WAIT_SHARE:.0%} of the step "
-        "(the TensorBoard profiler advisor's rule)"), m, "workers")
+    return _predict(
+        Finding(
+            "input-bound",
+            f"waits {1e3 * m.wait_s:.1f} ms for data of a {1e3 * m.step_s:.1f} ms step "
+            f"({100 * share:.0f} %); num_workers={workers}, {m.cores} usable cores",
+            share,
+            f"DataLoader(num_workers={max(1, m.cores)}, persistent_workers=True"
+            f"{', pin_memory=True' if m.device == 'cuda' else ''}), or lighter per-sample work",
+            NOTEBOOKS["input-bound"],
+            rule=f"data wait >= {INPUT_WAIT_SHARE:.0%} of the step "
+            "(the TensorBoard profiler advisor's rule)",
+        ),
+        m,
+        "workers",
+    )
 
 
 def sync_bound(m: Measured) -> Finding | None:
@@ -125,17 +135,29 @@ def sync_bound(m: Measured) -> Finding | None:
     ops = ", ".join(f"{k} x{v}" for k, v in sorted(m.sync_ops.items()))
     fix = "keep the loss on the device (loss.detach()) and read it every k steps, not every step"
     if m.stall_s is None:  # a CPU: counted, and no cost claimed
-        return Finding("sync-bound", f"{m.syncs_per_step:g} reads of a tensor per step ({ops}): "
-                       "would synchronise on a GPU; a CPU pays nothing for them", None, fix,
-                       NOTEBOOKS["sync-bound"], rule=f">= {SYNCS_PER_STEP:g} sync per step, counted")
+        return Finding(
+            "sync-bound",
+            f"{m.syncs_per_step:g} reads of a tensor per step ({ops}): "
+            "would synchronise on a GPU; a CPU pays nothing for them",
+            None,
+            fix,
+            NOTEBOOKS["sync-bound"],
+            rule=f">= {SYNCS_PER_STEP:g} sync per step, counted",
+        )
     share = m.stall_s / m.step_s
     if m.busy is not None:
         share = min(share, 1 - m.busy)  # a stall costs only while the device idles
     if share < SYNC_STALL_SHARE:
         return None
-    return Finding("sync-bound", f"{m.syncs_per_step:g} syncs per step ({ops}); the host waited "
-                   f"{1e3 * m.stall_s:.2f} ms per step", share, fix, NOTEBOOKS["sync-bound"],
-                   rule=f"measured stall >= {SYNC_STALL_SHARE:.0%} of the step")
+    return Finding(
+        "sync-bound",
+        f"{m.syncs_per_step:g} syncs per step ({ops}); the host waited "
+        f"{1e3 * m.stall_s:.2f} ms per step",
+        share,
+        fix,
+        NOTEBOOKS["sync-bound"],
+        rule=f"measured stall >= {SYNC_STALL_SHARE:.0%} of the step",
+    )
 
 
 def overhead_bound(m: Measured) -> Finding | None:
@@ -144,22 +166,33 @@ def overhead_bound(m: Measured) -> Finding | None:
     share = min(1.0, m.ops_per_step * m.dispatch_s / m.step_s)
     if share < OVERHEAD_SHARE:
         return None
-    return _predict(Finding(
-        "overhead-bound", f"{m.ops_per_step:.0f} ops per step x {1e6 * m.dispatch_s:.1f} us to "
-        f"dispatch one (measured) = {100 * share:.0f} % of the {1e3 * m.step_s:.2f} ms step", share,
-        "more work per op: a larger batch, fewer and larger ops (torch.compile, fused layers)",
-        NOTEBOOKS["overhead-bound"], rule=f"dispatch cost >= {OVERHEAD_SHARE:.0%} of the step "
-        "(measured here)"), m, "batch x2")
+    return _predict(
+        Finding(
+            "overhead-bound",
+            f"{m.ops_per_step:.0f} ops per step x {1e6 * m.dispatch_s:.1f} us to "
+            f"dispatch one (measured) = {100 * share:.0f} % of the {1e3 * m.step_s:.2f} ms step",
+            share,
+            "more work per op: a larger batch, fewer and larger ops (torch.compile, fused layers)",
+            NOTEBOOKS["overhead-bound"],
+            rule=f"dispatch cost >= {OVERHEAD_SHARE:.0%} of the step (measured here)",
+        ),
+        m,
+        "batch x2",
+    )
 
 
 def oversubscribed(m: Measured) -> Finding | None:
     fair = m.fair_threads()
     if m.threads <= fair:
         return None
-    f = Finding("oversubscribed-threads", f"{m.threads} intra-op threads + {m.workers} DataLoader "
-                f"workers on {m.cores} usable cores", None,
-                f"torch.set_num_threads({fair})", NOTEBOOKS["oversubscribed-threads"],
-                rule="intra-op threads + workers > usable cores")
+    f = Finding(
+        "oversubscribed-threads",
+        f"{m.threads} intra-op threads + {m.workers} DataLoader workers on {m.cores} usable cores",
+        None,
+        f"torch.set_num_threads({fair})",
+        NOTEBOOKS["oversubscribed-threads"],
+        rule="intra-op threads + workers > usable cores",
+    )
     t = m.trials.get("threads")
     if t is not None:
         f.share = max(0.0, 1 - t.step_s / m.step_s)
@@ -169,34 +202,61 @@ def oversubscribed(m: Measured) -> Finding | None:
 def device_idle(m: Measured) -> Finding | None:
     if m.busy is None or m.busy >= LOW_BUSY:
         return None
-    return _predict(Finding("device-idle", f"device busy {100 * m.busy:.0f} % of the step", 1 - m.busy,
-                            "a larger batch (and the fixes above)", NOTEBOOKS["device-idle"],
-                            rule=f"device busy < {LOW_BUSY:.0%} (the TensorBoard advisor's rule)"),
-                    m, "batch x2")
+    return _predict(
+        Finding(
+            "device-idle",
+            f"device busy {100 * m.busy:.0f} % of the step",
+            1 - m.busy,
+            "a larger batch (and the fixes above)",
+            NOTEBOOKS["device-idle"],
+            rule=f"device busy < {LOW_BUSY:.0%} (the TensorBoard advisor's rule)",
+        ),
+        m,
+        "batch x2",
+    )
 
 
 def memory_tight(m: Measured) -> Finding | None:
-    if not m.memory_peak or not m.memory_total or m.memory_peak / m.memory_total < MEMORY_PEAK_SHARE:
+    if (
+        not m.memory_peak
+        or not m.memory_total
+        or m.memory_peak / m.memory_total < MEMORY_PEAK_SHARE
+    ):
         return None
-    return Finding("memory-tight", f"peak {m.memory_peak / 2**30:.2f} GiB of "
-                   f"{m.memory_total / 2**30:.2f} GiB", None,
-                   "a smaller batch with gradient accumulation, or activation checkpointing",
-                   NOTEBOOKS["memory-tight"], rule=f"peak >= {MEMORY_PEAK_SHARE:.0%} of memory "
-                   "(the TensorBoard advisor's rule)")
+    return Finding(
+        "memory-tight",
+        f"peak {m.memory_peak / 2**30:.2f} GiB of {m.memory_total / 2**30:.2f} GiB",
+        None,
+        "a smaller batch with gradient accumulation, or activation checkpointing",
+        NOTEBOOKS["memory-tight"],
+        rule=f"peak >= {MEMORY_PEAK_SHARE:.0%} of memory (the TensorBoard advisor's rule)",
+    )
 
 
 def no_tensor_cores(m: Measured) -> Finding | None:
     fp32 = [h["op"] for h in m.hot_ops if " float32 " in h["op"]]
     if not (m.tensor_cores_idle and fp32):
         return None
-    return Finding("no-tensor-cores", f"hot ops in float32 ({', '.join(fp32)}) with TF32 off on a "
-                   "GPU with tensor cores", None, "torch.set_float32_matmul_precision('high') (TF32), or "
-                   "torch.autocast('cuda', dtype=torch.bfloat16) (notebook 10)", NOTEBOOKS["no-tensor-cores"],
-                   rule="fp32 hot ops, TF32 off (the TensorBoard advisor's 0 % tensor-core rule)")
+    return Finding(
+        "no-tensor-cores",
+        f"hot ops in float32 ({', '.join(fp32)}) with TF32 off on a GPU with tensor cores",
+        None,
+        "torch.set_float32_matmul_precision('high') (TF32), or "
+        "torch.autocast('cuda', dtype=torch.bfloat16) (notebook 10)",
+        NOTEBOOKS["no-tensor-cores"],
+        rule="fp32 hot ops, TF32 off (the TensorBoard advisor's 0 % tensor-core rule)",
+    )
 
 
-RULES = (input_bound, sync_bound, overhead_bound, oversubscribed, device_idle, memory_tight,
-         no_tensor_cores)
+RULES = (
+    input_bound,
+    sync_bound,
+    overhead_bound,
+    oversubscribed,
+    device_idle,
+    memory_tight,
+    no_tensor_cores,
+)
 
 
 def compute_bound(m: Measured) -> Finding:
@@ -204,11 +264,18 @@ def compute_bound(m: Measured) -> Finding:
     rate = ""
     if m.flops_per_step and m.matmul_flops_per_s:
         busy_s = m.step_s - (m.wait_s or 0.0)
-        rate = (f" at {100 * m.flops_per_step / busy_s / m.matmul_flops_per_s:.0f} % of this "
-                f"machine's measured matmul rate ({m.matmul_flops_per_s / 1e9:.1f} GFLOP/s)")
-    return Finding("compute-bound", "nothing to fix: compute-bound" + rate, None,
-                   "nothing in the loop: a faster kernel (bf16/fp16, channels_last) or device",
-                   NOTEBOOKS["compute-bound"], rule="no rule above fired")
+        rate = (
+            f" at {100 * m.flops_per_step / busy_s / m.matmul_flops_per_s:.0f} % of this "
+            f"machine's measured matmul rate ({m.matmul_flops_per_s / 1e9:.1f} GFLOP/s)"
+        )
+    return Finding(
+        "compute-bound",
+        "nothing to fix: compute-bound" + rate,
+        None,
+        "nothing in the loop: a faster kernel (bf16/fp16, channels_last) or device",
+        NOTEBOOKS["compute-bound"],
+        rule="no rule above fired",
+    )
 
 
 def refuted(f: Finding) -> bool:
@@ -220,8 +287,10 @@ def diagnose(m: Measured) -> list[Finding]:
     """The findings, ranked: measured costs by share, then counted ones, then the refuted."""
     found = [f for rule in RULES if (f := rule(m)) is not None]
     for f in filter(refuted, found):
-        f.evidence += (f"; but the fix, tried on this loop, made it slower ({f.predicted_speedup:.2f}x):"
-                       " it does not pay here")
+        f.evidence += (
+            f"; but the fix, tried on this loop, made it slower ({f.predicted_speedup:.2f}x):"
+            " it does not pay here"
+        )
     costs = [f for f in found if f.share is not None]
     # "compute-bound" only when nothing measured holds up and the refuted costs leave most of
     # the step to compute (a loop that waits 90 % for data is input-bound, workers or not)

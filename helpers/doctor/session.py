@@ -62,14 +62,25 @@ def synchronize(device: torch.device | None) -> None:
 class Session:
     """Counts steps of the first optimizer and moves them through the windows."""
 
-    def __init__(self, *, warmup: int = 2, timed: int = 8, profiled: int = 2, counted: int = 2,
-                 trial_steps: int = 4, seconds: float = 0.3,
-                 trials: Callable[[Session], list[Window]] | None = None,
-                 on_done: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        warmup: int = 2,
+        timed: int = 8,
+        profiled: int = 2,
+        counted: int = 2,
+        trial_steps: int = 4,
+        seconds: float = 0.3,
+        trials: Callable[[Session], list[Window]] | None = None,
+        on_done: Callable[[], None] | None = None,
+    ) -> None:
         self.seconds = seconds
-        self.windows = [Window("warmup", warmup), Window("timed", timed, seconds=seconds),
-                        Window("profiled", profiled, self._start_profiler, self._stop_profiler),
-                        Window("counted", counted, self._start_counting, self._stop_counting)]
+        self.windows = [
+            Window("warmup", warmup),
+            Window("timed", timed, seconds=seconds),
+            Window("profiled", profiled, self._start_profiler, self._stop_profiler),
+            Window("counted", counted, self._start_counting, self._stop_counting),
+        ]
         self.trial_steps, self.plan_trials, self.on_done = trial_steps, trials, on_done
         self.index, self.opt, self.device = 0, None, None
         self.steps, self.wait, self.done, self.handle = 0, 0.0, False, None
@@ -135,11 +146,19 @@ class Session:
             nxt.enter()
         synchronize(self.device)
 
-    def trial(self, name: str, enter: Callable[[], None], exit: Callable[[], None],
-              batch: int | None, warmup: int = 2) -> list[Window]:
+    def trial(
+        self,
+        name: str,
+        enter: Callable[[], None],
+        exit: Callable[[], None],
+        batch: int | None,
+        warmup: int = 2,
+    ) -> list[Window]:
         """A what-if: `warmup` steps with the change made (not timed), then the timed steps."""
-        return [Window(f"{name}:warmup", warmup, enter),
-                Window(name, self.trial_steps, None, exit, batch=batch, seconds=self.seconds)]
+        return [
+            Window(f"{name}:warmup", warmup, enter),
+            Window(name, self.trial_steps, None, exit, batch=batch, seconds=self.seconds),
+        ]
 
     # --- the instruments -------------------------------------------------------------------
     def _start_profiler(self) -> None:
@@ -173,19 +192,28 @@ class Session:
     def named(self, name: str) -> Window | None:
         return next((w for w in self.windows if w.name == name and w.t1), None)
 
-    def measured(self, batch_size: int | None = None, loader: dict | None = None,
-                 workers: int | None = None) -> Measured:
+    def measured(
+        self, batch_size: int | None = None, loader: dict | None = None, workers: int | None = None
+    ) -> Measured:
         """The numbers for the rules; raises when not even the timed window completed."""
         timed = self.named("timed")
         if timed is None:
-            raise RuntimeError(f"the doctor saw {self.steps} optimizer steps; it needs "
-                               f"{sum(w.steps for w in self.windows[:2])} for a timing")
+            raise RuntimeError(
+                f"the doctor saw {self.steps} optimizer steps; it needs "
+                f"{sum(w.steps for w in self.windows[:2])} for a timing"
+            )
         from . import profiled
 
-        m = Measured(device=str(self.device.type if self.device is not None else "cpu"),
-                     step_s=statistics.median(timed.times), steps=self.steps,
-                     batch_size=batch_size, loader=loader, threads=torch.get_num_threads(),
-                     workers=self.workers_seen if workers is None else workers, cores=cores())
+        m = Measured(
+            device=str(self.device.type if self.device is not None else "cpu"),
+            step_s=statistics.median(timed.times),
+            steps=self.steps,
+            batch_size=batch_size,
+            loader=loader,
+            threads=torch.get_num_threads(),
+            workers=self.workers_seen if workers is None else workers,
+            cores=cores(),
+        )
         if loader is not None:  # the in-notebook form timed next() itself, in the timed window
             m.wait_s = statistics.median(timed.waits)
         profiled.read(self, m)

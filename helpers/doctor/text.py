@@ -12,22 +12,32 @@ def _share(f: Finding) -> str:
 def render(m: Measured, findings: list[Finding]) -> str:
     """A few lines for a notebook cell's output or a terminal."""
     rate = f", {m.samples_per_s:.0f} samples/s" if m.samples_per_s else ""
-    wait = (f"; waiting for data {1e3 * m.wait_s:.2f} ms, the rest {1e3 * (m.step_s - m.wait_s):.2f} ms"
-            if m.wait_s is not None else "")
-    lines = [f"Doctor on {m.device}: step {1e3 * m.step_s:.2f} ms (median){rate}{wait}",
-             f"  threads {m.threads} + DataLoader workers {m.workers} on {m.cores} usable cores"
-             + (f"; loader {m.loader}" if m.loader else "")]
+    wait = (
+        f"; waiting for data {1e3 * m.wait_s:.2f} ms, the rest {1e3 * (m.step_s - m.wait_s):.2f} ms"
+        if m.wait_s is not None
+        else ""
+    )
+    lines = [
+        f"Doctor on {m.device}: step {1e3 * m.step_s:.2f} ms (median){rate}{wait}",
+        f"  threads {m.threads} + DataLoader workers {m.workers} on {m.cores} usable cores"
+        + (f"; loader {m.loader}" if m.loader else ""),
+    ]
     if m.hot_ops:
         lines.append("  hot ops: " + ", ".join(f"{h['op']} x{h['per_step']:g}" for h in m.hot_ops))
     if m.memory_peak:
-        lines.append(f"  memory peak {m.memory_peak / 2**30:.2f} GiB of {m.memory_total / 2**30:.1f} GiB")
+        lines.append(
+            f"  memory peak {m.memory_peak / 2**30:.2f} GiB of {m.memory_total / 2**30:.1f} GiB"
+        )
     lines.append("Findings, by share of step time:")
     for i, f in enumerate(findings, 1):
         lines.append(f"{i}. [{_share(f)}] {f.kind}: {f.evidence}")
         lines.append(f"     fix: {f.fix}  (notebook {f.notebook})")
         if f.predicted_speedup is not None:
-            what = (f" -> {f.predicted_samples_per_s:.0f} samples/s"
-                    if f.predicted_samples_per_s else "")
+            what = (
+                f" -> {f.predicted_samples_per_s:.0f} samples/s"
+                if f.predicted_samples_per_s
+                else ""
+            )
             lines.append(f"     measured what-if: {f.predicted_speedup:.2f}x{what}")
         lines.append(f"     rule: {f.rule}")
     for u in m.unseen:

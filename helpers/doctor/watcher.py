@@ -21,19 +21,35 @@ from .session import Session, Window
 class Watch:
     """Iterate it like the loader; the diagnosis is printed when the loop ends (`.findings`)."""
 
-    def __init__(self, loader: DataLoader, *, timed: int = 8, trial_steps: int = 4,
-                 seconds: float = 0.3, what_if: bool = True, quiet: bool = False) -> None:
+    def __init__(
+        self,
+        loader: DataLoader,
+        *,
+        timed: int = 8,
+        trial_steps: int = 4,
+        seconds: float = 0.3,
+        what_if: bool = True,
+        quiet: bool = False,
+    ) -> None:
         if not isinstance(loader, DataLoader):
-            raise TypeError(f"watch: loader must be a torch.utils.data.DataLoader, got "
-                            f"{type(loader).__name__}")
+            raise TypeError(
+                f"watch: loader must be a torch.utils.data.DataLoader, got {type(loader).__name__}"
+            )
         if not isinstance(timed, int) or timed < 3:
             raise ValueError(f"watch: timed must be an int >= 3, got {timed!r}")
         self.loader, self.what_if, self.quiet = loader, what_if, quiet
         self.batch = batch_size(loader)
-        if not isinstance(seconds, int | float) or isinstance(seconds, bool) or not 0 <= seconds < 3600:
-            raise ValueError(f"watch: seconds must be a number of seconds in [0, 3600), got {seconds!r}")
-        self.session = Session(timed=timed, trial_steps=trial_steps, seconds=float(seconds),
-                               trials=self._trials)
+        if (
+            not isinstance(seconds, int | float)
+            or isinstance(seconds, bool)
+            or not 0 <= seconds < 3600
+        ):
+            raise ValueError(
+                f"watch: seconds must be a number of seconds in [0, 3600), got {seconds!r}"
+            )
+        self.session = Session(
+            timed=timed, trial_steps=trial_steps, seconds=float(seconds), trials=self._trials
+        )
         self.source: DataLoader = loader
         self.measured: rules.Measured | None = None
         self.findings: list[rules.Finding] = []
@@ -58,8 +74,10 @@ class Watch:
                 s.note_wait(time.perf_counter() - t0)
                 batches += 1
                 if s.opt is None and batches > 3 * sum(w.steps for w in s.windows) + 10:
-                    raise RuntimeError("watch: no optimizer step in the loop after "
-                                       f"{batches} batches; the doctor counts optimizer.step()")
+                    raise RuntimeError(
+                        "watch: no optimizer step in the loop after "
+                        f"{batches} batches; the doctor counts optimizer.step()"
+                    )
                 yield batch
         finally:
             s.close()
@@ -68,8 +86,9 @@ class Watch:
         self.report()
 
     def report(self) -> list[rules.Finding]:
-        self.measured = self.session.measured(self.batch, loader_settings(self.loader),
-                                              self.loader.num_workers)
+        self.measured = self.session.measured(
+            self.batch, loader_settings(self.loader), self.loader.num_workers
+        )
         self.findings = rules.diagnose(self.measured)
         if not self.quiet:
             from .text import render
@@ -85,16 +104,26 @@ class Watch:
         out: list[Window] = []
         if rules.input_bound(m) and self.loader.num_workers < m.cores:
             k = m.cores
-            out += s.trial("workers", lambda: self._use(rebuild(self.loader, num_workers=k)),
-                           self._restore, self.batch, warmup=2 + 2 * k)
+            out += s.trial(
+                "workers",
+                lambda: self._use(rebuild(self.loader, num_workers=k)),
+                self._restore,
+                self.batch,
+                warmup=2 + 2 * k,
+            )
         if rules.overhead_bound(m) or rules.device_idle(m):
             b = 2 * (self.batch or 1)
-            out += s.trial("batch x2", lambda: self._use(rebuild(self.loader, batch_size=b)),
-                           self._restore, b)
+            out += s.trial(
+                "batch x2", lambda: self._use(rebuild(self.loader, batch_size=b)), self._restore, b
+            )
         if rules.oversubscribed(m):
             before = torch.get_num_threads()
-            out += s.trial("threads", lambda: torch.set_num_threads(m.fair_threads()),
-                           lambda: torch.set_num_threads(before), self.batch)
+            out += s.trial(
+                "threads",
+                lambda: torch.set_num_threads(m.fair_threads()),
+                lambda: torch.set_num_threads(before),
+                self.batch,
+            )
         return out
 
     def _use(self, loader: DataLoader) -> None:
@@ -112,14 +141,24 @@ def batch_size(loader: DataLoader) -> int | None:
 
 
 def loader_settings(loader: DataLoader) -> dict:
-    return {"num_workers": loader.num_workers, "pin_memory": loader.pin_memory,
-            "persistent_workers": loader.persistent_workers, "batch_size": batch_size(loader)}
+    return {
+        "num_workers": loader.num_workers,
+        "pin_memory": loader.pin_memory,
+        "persistent_workers": loader.persistent_workers,
+        "batch_size": batch_size(loader),
+    }
 
 
 def rebuild(loader: DataLoader, **change: object) -> DataLoader:
     """The learner's loader with some settings changed (same data set, collate, drop_last)."""
-    kw = dict(batch_size=loader.batch_size, shuffle=False, num_workers=loader.num_workers,
-              collate_fn=loader.collate_fn, pin_memory=loader.pin_memory, drop_last=loader.drop_last)
+    kw = dict(
+        batch_size=loader.batch_size,
+        shuffle=False,
+        num_workers=loader.num_workers,
+        collate_fn=loader.collate_fn,
+        pin_memory=loader.pin_memory,
+        drop_last=loader.drop_last,
+    )
     size = change.pop("batch_size", None)
     if loader.batch_size is None:  # the sampler makes the batches: keep it, resized if asked
         smp = loader.sampler
@@ -132,13 +171,21 @@ def rebuild(loader: DataLoader, **change: object) -> DataLoader:
     return DataLoader(loader.dataset, **kw)
 
 
-def watch(loader: DataLoader, *, timed: int = 8, trial_steps: int = 4, seconds: float = 0.3,
-          what_if: bool = True, quiet: bool = False) -> Watch:
+def watch(
+    loader: DataLoader,
+    *,
+    timed: int = 8,
+    trial_steps: int = 4,
+    seconds: float = 0.3,
+    what_if: bool = True,
+    quiet: bool = False,
+) -> Watch:
     """Watch a training loop over `loader`: `for batch in doctor.watch(loader): ...`.
 
     timed: steps timed with nothing but a clock; trial_steps: steps timed per what-if;
     seconds: the least time each timed window lasts (short steps need many for a steady median);
     what_if: try the fixes on the loop itself (a rebuilt loader, twice the batch, fewer
     threads); quiet: do not print the diagnosis (read `.findings`)."""
-    return Watch(loader, timed=timed, trial_steps=trial_steps, seconds=seconds, what_if=what_if,
-                 quiet=quiet)
+    return Watch(
+        loader, timed=timed, trial_steps=trial_steps, seconds=seconds, what_if=what_if, quiet=quiet
+    )

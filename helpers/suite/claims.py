@@ -18,35 +18,82 @@ from typing import Any
 CLAIMS: dict[str, str] = {
     "L1": "More DataLoader workers make loading faster ('use 10 workers').",
     "L2": "Each worker holds whole batches, so N workers need about N x the batch RAM.",
-    "L3": "Keeping images uint8 and normalising on the device cuts batch memory ~5x and speeds host-to-device copies.",
-    "L4": "Holding the data set in RAM removes the slowest retrieval step; a RAM disk alone may not help when the CPU is the bottleneck.",
+    "L3": (
+        "Keeping images uint8 and normalising on the device cuts batch memory ~5x"
+        " and speeds host-to-device copies."
+    ),
+    "L4": (
+        "Holding the data set in RAM removes the slowest retrieval step;"
+        " a RAM disk alone may not help when the CPU is the bottleneck."
+    ),
     "L5": "Preprocess offline (resize, grayscale, ...) once instead of every epoch.",
-    "L6": "Moving decoding and augmentation to the GPU (DALI-style) can cut epoch time by an order of magnitude.",
+    "L6": (
+        "Moving decoding and augmentation to the GPU (DALI-style)"
+        " can cut epoch time by an order of magnitude."
+    ),
     "L7": "Decoding CIFAR from lossy JPEG copies instead of the original binary costs accuracy.",
     "L8": "Gradient accumulation over k steps gives the same update as a k x larger batch.",
-    "L9": "Appending the loss tensor (not loss.item()) to a list keeps every step's graph alive and grows memory.",
+    "L9": (
+        "Appending the loss tensor (not loss.item()) to a list"
+        " keeps every step's graph alive and grows memory."
+    ),
     "L10": "Moving tensors back and forth between CPU and GPU is expensive.",
     "L11": "torch.cuda.empty_cache() in a training loop is a bad idea (it stalls).",
-    "L12": "16-bit mixed precision trains faster and uses less memory; a loss scaler keeps small gradients alive.",
+    "L12": (
+        "16-bit mixed precision trains faster and uses less memory;"
+        " a loss scaler keeps small gradients alive."
+    ),
     "L13": "On a 506-row data set a GPU is no faster than a CPU and may be slower.",
-    "L14": "nn.DataParallel gathers outputs on GPU 0 (more memory there); loss inside forward reduces the imbalance.",
+    "L14": (
+        "nn.DataParallel gathers outputs on GPU 0 (more memory there);"
+        " loss inside forward reduces the imbalance."
+    ),
     "L15": "DistributedDataParallel is much faster than DataParallel on one machine.",
-    "L16": "DataParallel checkpoints carry a 'module.' prefix; loading elsewhere needs map_location.",
-    "L17": "Splitting a model across devices works, but sequential stages idle and the hand-off costs.",
-    "L18": "Data parallelism needs the batch (and often the learning rate) scaled; batch-norm statistics become per device.",
+    "L16": (
+        "DataParallel checkpoints carry a 'module.' prefix; loading elsewhere needs map_location."
+    ),
+    "L17": (
+        "Splitting a model across devices works, but sequential stages idle and the hand-off costs."
+    ),
+    "L18": (
+        "Data parallelism needs the batch (and often the learning rate) scaled;"
+        " batch-norm statistics become per device."
+    ),
     "L19": "Use an even number of GPUs; an odd number may crash training.",
-    "L20": "A Python loop over elements in a custom loss is slow; the vectorised version can be ~100x faster.",
+    "L20": (
+        "A Python loop over elements in a custom loss is slow;"
+        " the vectorised version can be ~100x faster."
+    ),
     "L21": "Profile first: find whether training is CPU-, I/O- or GPU-bound before optimising.",
     "L22": "Faster hardware can be worth more than further code optimisation (time vs money).",
-    "L23": "d2l ResNet-18 on Fashion-MNIST: 1 GPU 0.93 acc at 12.2 s/epoch; 2 GPUs batch 512 lr 0.2 faster but accuracy dropped.",
+    "L23": (
+        "d2l ResNet-18 on Fashion-MNIST: 1 GPU 0.93 acc at 12.2 s/epoch;"
+        " 2 GPUs batch 512 lr 0.2 faster but accuracy dropped."
+    ),
 }
 
-HOLDS, NOT_HERE, SHOWN, NOT_SHOWN = "holds", "does not hold here", "mechanism shown", "mechanism not shown here"
+HOLDS, NOT_HERE, SHOWN, NOT_SHOWN = (
+    "holds",
+    "does not hold here",
+    "mechanism shown",
+    "mechanism not shown here",
+)
 GPU, GPUS2, REAL_DATA = "needs a GPU", "needs >=2 GPUs", "needs the real data set"
 DECODER = "needs a GPU decoder (DALI or nvJPEG)"
 # An outcome starts with one of these; "holds only when" is followed by the condition.
-VERDICT_KINDS = (HOLDS, "holds only when", NOT_HERE, "inconclusive", SHOWN, NOT_SHOWN, GPU, GPUS2, REAL_DATA,
-                 DECODER, "needs a run on other hardware")
+VERDICT_KINDS = (
+    HOLDS,
+    "holds only when",
+    NOT_HERE,
+    "inconclusive",
+    SHOWN,
+    NOT_SHOWN,
+    GPU,
+    GPUS2,
+    REAL_DATA,
+    DECODER,
+    "needs a run on other hardware",
+)
 
 
 def kind_of(verdict: str) -> str:
@@ -57,12 +104,12 @@ def kind_of(verdict: str) -> str:
 @dataclass(frozen=True)
 class Rule:
     claim: str
-    kind: str                     # "verdict", "mechanism", or "both" (one half of each)
-    compares: str                 # the measured quantities, in words
-    text: str                     # the rule in plain words; {name} stands for limits[name]
-    limits: dict[str, float]      # the thresholds: `decide` reads them, the text prints them
-    verdicts: tuple[str, ...]     # every outcome `decide` can return
-    decide: Callable[..., str]    # decide(limits, **measured)
+    kind: str  # "verdict", "mechanism", or "both" (one half of each)
+    compares: str  # the measured quantities, in words
+    text: str  # the rule in plain words; {name} stands for limits[name]
+    limits: dict[str, float]  # the thresholds: `decide` reads them, the text prints them
+    verdicts: tuple[str, ...]  # every outcome `decide` can return
+    decide: Callable[..., str]  # decide(limits, **measured)
 
     @property
     def threshold(self) -> str:
@@ -73,10 +120,18 @@ class Rule:
 RULES: dict[str, Rule] = {}
 
 
-def rule(claim: str, kind: str, compares: str, text: str, limits: dict[str, float],
-         verdicts: tuple[str, ...]) -> Callable:
+def rule(
+    claim: str,
+    kind: str,
+    compares: str,
+    text: str,
+    limits: dict[str, float],
+    verdicts: tuple[str, ...],
+) -> Callable:
     """Register the decorated function as `claim`'s `Rule.decide`."""
-    return lambda decide: RULES.setdefault(claim, Rule(claim, kind, compares, text, limits, verdicts, decide))
+    return lambda decide: RULES.setdefault(
+        claim, Rule(claim, kind, compares, text, limits, verdicts, decide)
+    )
 
 
 def judge(claim: str, **measured: Any) -> str:
@@ -101,23 +156,38 @@ NOISE = "10 %: run-to-run noise"
 V, M = "verdict", "mechanism"
 
 
-@rule("L1", V, "samples/s of the best worker count vs 0 workers; best past the usable cores vs best up to them",
-      "holds when the best worker count gives >= {gain}x the samples/s of 0 workers and going past the usable "
-      "cores gives >= {past}x the best within them; a gain only up to the cores: holds only when workers <= "
-      f"usable cores; under {{gain}}x: does not hold here ({NOISE})", {"gain": 1.1, "past": 1.1},
-      (NOT_HERE, HOLDS, "holds only when workers <= usable cores"))
+@rule(
+    "L1",
+    V,
+    "samples/s of the best worker count vs 0 workers; best "
+    "past the usable cores vs best up to them",
+    "holds when the best worker count gives >= {gain}x the samples/s of 0 workers and going "
+    "past the usable cores gives >= {past}x the best within them; a gain only up to the cores: "
+    f"holds only when workers <= usable cores; under {{gain}}x: does not hold here ({NOISE})",
+    {"gain": 1.1, "past": 1.1},
+    (NOT_HERE, HOLDS, "holds only when workers <= usable cores"),
+)
 def _l1(t: dict, gain: float, past_vs_within: float | None) -> str:
     if gain < t["gain"]:
         return NOT_HERE
-    return HOLDS if past_vs_within is not None and past_vs_within >= t["past"] else \
-        "holds only when workers <= usable cores"
+    return (
+        HOLDS
+        if past_vs_within is not None and past_vs_within >= t["past"]
+        else "holds only when workers <= usable cores"
+    )
 
 
-@rule("L2", V, "physical memory loading added / workers x prefetch x batch bytes (the article's arithmetic); "
-      "its growth with the batch",
-      "holds when the added memory is {low}x to {high}x the arithmetic (stated tolerance); above {high}x and "
-      "growing with the batch by > {growth_mb} MB: holds only when read as a lower bound; else does not hold here",
-      {"low": 0.5, "high": 2, "growth_mb": 0}, (HOLDS, "holds only when read as a lower bound", NOT_HERE))
+@rule(
+    "L2",
+    V,
+    "physical memory loading added / workers x prefetch x batch bytes (the article's arithmetic); "
+    "its growth with the batch",
+    "holds when the added memory is {low}x to {high}x the arithmetic (stated "
+    "tolerance); above {high}x and growing with the batch by > {growth_mb} "
+    "MB: holds only when read as a lower bound; else does not hold here",
+    {"low": 0.5, "high": 2, "growth_mb": 0},
+    (HOLDS, "holds only when read as a lower bound", NOT_HERE),
+)
 def _l2(t: dict, added_vs_arithmetic: float, added_growth_mb: float) -> str:
     if t["low"] <= added_vs_arithmetic <= t["high"]:
         return HOLDS
@@ -126,205 +196,395 @@ def _l2(t: dict, added_vs_arithmetic: float, added_growth_mb: float) -> str:
     return NOT_HERE
 
 
-@rule("L3", V, "host-to-device copy time, float32 batch / uint8 batch normalised on the device (pinned); "
-      "the 4x less memory is the dtype sizes (4 bytes vs 1), a fact shown, not judged",
-      "holds when the float32 copy takes >= {copy}x the uint8 one (half the 4x fewer bytes: stated tolerance); "
-      f">= {{some}}x: holds only when the copy is large enough to be bandwidth-bound ({NOISE}); else does not hold here",
-      {"copy": 2, "some": 1.1}, (GPU, HOLDS, "holds only when the copy is large enough to be bandwidth-bound", NOT_HERE))
+@rule(
+    "L3",
+    V,
+    "host-to-device copy time, float32 batch / uint8 batch normalised on the device (pinned); "
+    "the 4x less memory is the dtype sizes (4 bytes vs 1), a fact shown, not judged",
+    "holds when the float32 copy takes >= {copy}x the uint8 one (half the 4x "
+    "fewer bytes: stated tolerance); >= {some}x: holds only when the copy is "
+    f"large enough to be bandwidth-bound ({NOISE}); else does not hold here",
+    {"copy": 2, "some": 1.1},
+    (GPU, HOLDS, "holds only when the copy is large enough to be bandwidth-bound", NOT_HERE),
+)
 def _l3(t: dict, copy_gain: float | None) -> str:
-    return GPU if copy_gain is None else _tiers(copy_gain, t["copy"], t["some"],
-                                                "holds only when the copy is large enough to be bandwidth-bound")
+    return (
+        GPU
+        if copy_gain is None
+        else _tiers(
+            copy_gain,
+            t["copy"],
+            t["some"],
+            "holds only when the copy is large enough to be bandwidth-bound",
+        )
+    )
 
 
-@rule("L4", V, "samples/s with the encoded files held in RAM vs read from the files, the same decode and "
-      "transforms on both (one change); the share of a sample's time spent reading",
-      "holds when holding the files in RAM gives >= {gain}x the samples/s (20 %: beyond run-to-run noise); a "
-      "smaller gain while reading is < {read} of a sample's time: holds only when reading is the slow step (the "
-      "article's caveat: the CPU is the bottleneck); a smaller gain while reading is >= {read}: does not hold here",
-      {"gain": 1.2, "read": 0.25}, (HOLDS, "holds only when reading, not the CPU, is the slow step", NOT_HERE))
+@rule(
+    "L4",
+    V,
+    "samples/s with the encoded files held in RAM vs read from the files, the same decode and "
+    "transforms on both (one change); the share of a sample's time spent reading",
+    "holds when holding the files in RAM gives >= {gain}x the samples/s (20 %: beyond "
+    "run-to-run noise); a smaller gain while reading is < {read} of a sample's time: "
+    "holds only when reading is the slow step (the article's caveat: the CPU is the "
+    "bottleneck); a smaller gain while reading is >= {read}: does not hold here",
+    {"gain": 1.2, "read": 0.25},
+    (HOLDS, "holds only when reading, not the CPU, is the slow step", NOT_HERE),
+)
 def _l4(t: dict, in_ram_gain: float, read_share: float) -> str:
     if in_ram_gain >= t["gain"]:
         return HOLDS
-    return "holds only when reading, not the CPU, is the slow step" if read_share < t["read"] else NOT_HERE
+    return (
+        "holds only when reading, not the CPU, is the slow step"
+        if read_share < t["read"]
+        else NOT_HERE
+    )
 
 
-@rule("L5", V, "epoch time with the resize in the per-epoch transform / on data resized once offline",
-      "holds when >= {gain}x (stated tolerance); >= {some}x: holds only when the preprocessing is a large part "
-      f"of the epoch ({NOISE}); else does not hold here", {"gain": 1.5, "some": 1.1},
-      (HOLDS, "holds only when the preprocessing is a large part of the epoch", NOT_HERE))
+@rule(
+    "L5",
+    V,
+    "epoch time with the resize in the per-epoch transform / on data resized once offline",
+    "holds when >= {gain}x (stated tolerance); >= {some}x: holds only when the "
+    f"preprocessing is a large part of the epoch ({NOISE}); else does not hold here",
+    {"gain": 1.5, "some": 1.1},
+    (HOLDS, "holds only when the preprocessing is a large part of the epoch", NOT_HERE),
+)
 def _l5(t: dict, gain: float) -> str:
-    return _tiers(gain, t["gain"], t["some"], "holds only when the preprocessing is a large part of the epoch")
+    return _tiers(
+        gain, t["gain"], t["some"], "holds only when the preprocessing is a large part of the epoch"
+    )
 
 
-@rule("L6", V, "epoch time of a small CNN fed by (a) the CPU pipeline / by a device pipeline, and the feeding "
-      "rates; the device pipeline counts for the decoding half only if it decodes on the device itself",
-      "on a GPU with a device decoder (DALI or nvJPEG), holds when the epoch is >= {epoch}x shorter (the "
-      "article's 'order of magnitude'; its one day -> one hour is 24x); a shorter epoch but a feed >= {feed}x "
-      "faster: holds only when the training step is fast next to the CPU pipeline; else does not hold here; "
-      "a device pipeline fed decoded tensors: needs a GPU decoder", {"epoch": 10, "feed": 10},
-      (GPU, DECODER, HOLDS, "holds only when the training step is fast next to the CPU pipeline", NOT_HERE))
-def _l6(t: dict, on_gpu: bool, decodes_on_device: bool, epoch_ratio: float, feed_ratio: float) -> str:
+@rule(
+    "L6",
+    V,
+    "epoch time of a small CNN fed by (a) the CPU pipeline / by a "
+    "device pipeline, and the feeding rates; the device pipeline counts "
+    "for the decoding half only if it decodes on the device itself",
+    "on a GPU with a device decoder (DALI or nvJPEG), holds when the epoch is >= {epoch}x shorter "
+    "(the article's 'order of magnitude'; its one day -> one hour is 24x); a shorter epoch but a "
+    "feed >= {feed}x faster: holds only when the training step is fast next to the CPU pipeline; "
+    "else does not hold here; a device pipeline fed decoded tensors: needs a GPU decoder",
+    {"epoch": 10, "feed": 10},
+    (
+        GPU,
+        DECODER,
+        HOLDS,
+        "holds only when the training step is fast next to the CPU pipeline",
+        NOT_HERE,
+    ),
+)
+def _l6(
+    t: dict, on_gpu: bool, decodes_on_device: bool, epoch_ratio: float, feed_ratio: float
+) -> str:
     if not on_gpu or not decodes_on_device:
         return DECODER if on_gpu else GPU
-    return HOLDS if epoch_ratio >= t["epoch"] else \
-        "holds only when the training step is fast next to the CPU pipeline" if feed_ratio >= t["feed"] else NOT_HERE
+    return (
+        HOLDS
+        if epoch_ratio >= t["epoch"]
+        else "holds only when the training step is fast next to the CPU pipeline"
+        if feed_ratio >= t["feed"]
+        else NOT_HERE
+    )
 
 
-@rule("L7", V, "test accuracy, original-binary pipeline minus JPEG pipeline, over several seeds and JPEG qualities",
-      "on the real data set only, holds when the worst mean drop is >= {drop} (1 point) and >= {spread}x the "
-      "seed-to-seed spread (stated tolerances); else does not hold here", {"drop": 0.01, "spread": 2},
-      (REAL_DATA, HOLDS, NOT_HERE))
+@rule(
+    "L7",
+    V,
+    "test accuracy, original-binary pipeline minus JPEG "
+    "pipeline, over several seeds and JPEG qualities",
+    "on the real data set only, holds when the worst mean drop is >= {drop} (1 point) and "
+    ">= {spread}x the seed-to-seed spread (stated tolerances); else does not hold here",
+    {"drop": 0.01, "spread": 2},
+    (REAL_DATA, HOLDS, NOT_HERE),
+)
 def _l7(t: dict, synthetic: bool, worst_mean_drop: float, seed_spread: float) -> str:
-    return REAL_DATA if synthetic else HOLDS if worst_mean_drop >= max(t["drop"], t["spread"] * seed_spread) else NOT_HERE
+    return (
+        REAL_DATA
+        if synthetic
+        else HOLDS
+        if worst_mean_drop >= max(t["drop"], t["spread"] * seed_spread)
+        else NOT_HERE
+    )
 
 
-@rule("L8", M, "largest relative gradient difference, k accumulated micro-batches (loss / k) vs one k x batch "
-      "(MLP, GroupNorm, BatchNorm): fixed by autograd (gradients add up) and by batch norm's per-batch statistics",
-      "shown when the MLP and GroupNorm differences are < {equal} (float32 rounding over k sums) and BatchNorm's "
-      "is > {differs} (stated tolerances)", {"equal": 1e-4, "differs": 1e-3}, (SHOWN, NOT_SHOWN))
+@rule(
+    "L8",
+    M,
+    "largest relative gradient difference, k accumulated micro-batches "
+    "(loss / k) vs one k x batch (MLP, GroupNorm, BatchNorm): fixed by "
+    "autograd (gradients add up) and by batch norm's per-batch statistics",
+    "shown when the MLP and GroupNorm differences are < {equal} (float32 "
+    "rounding over k sums) and BatchNorm's is > {differs} (stated tolerances)",
+    {"equal": 1e-4, "differs": 1e-3},
+    (SHOWN, NOT_SHOWN),
+)
 def _l8(t: dict, diff_mlp: float, diff_gn: float, diff_bn: float) -> str:
     return SHOWN if max(diff_mlp, diff_gn) < t["equal"] and diff_bn > t["differs"] else NOT_SHOWN
 
 
-@rule("L9", M, "bytes kept per step by a list of losses: without backward, after backward: fixed by autograd "
-      "(a tensor keeps its graph until backward frees the saved tensors)",
-      "shown when the graph kept without backward is >= {kept}x what is kept after backward (stated tolerance)",
-      {"kept": 10}, (SHOWN, NOT_SHOWN))
+@rule(
+    "L9",
+    M,
+    "bytes kept per step by a list of losses: without backward, after backward: fixed by autograd "
+    "(a tensor keeps its graph until backward frees the saved tensors)",
+    "shown when the graph kept without backward is >= "
+    "{kept}x what is kept after backward (stated tolerance)",
+    {"kept": 10},
+    (SHOWN, NOT_SHOWN),
+)
 def _l9(t: dict, graph_bytes: float, after_backward_bytes: float) -> str:
     return SHOWN if graph_bytes >= t["kept"] * max(after_backward_bytes, 1.0) else NOT_SHOWN
 
 
-@rule("L10", V, "time of x.cpu().to(device) / x.clone() on the device: the same bytes, a new device copy either way",
-      "holds when the round trip takes >= {ratio}x the on-device copy (stated tolerance; a PCIe/C2C link is "
-      "10-100x slower than device memory); else does not hold here", {"ratio": 2}, (GPU, HOLDS, NOT_HERE))
+@rule(
+    "L10",
+    V,
+    "time of x.cpu().to(device) / x.clone() on the device: "
+    "the same bytes, a new device copy either way",
+    "holds when the round trip takes >= {ratio}x the on-device copy (stated tolerance; "
+    "a PCIe/C2C link is 10-100x slower than device memory); else does not hold here",
+    {"ratio": 2},
+    (GPU, HOLDS, NOT_HERE),
+)
 def _l10(t: dict, on_gpu: bool, round_trip_vs_on_device: float | None) -> str:
     r = round_trip_vs_on_device
     return GPU if not on_gpu or r is None else HOLDS if r >= t["ratio"] else NOT_HERE
 
 
-@rule("L11", V, "time of the same training loop with / without empty_cache() every step",
-      f"holds when the loop is >= {{slower}}x slower ({NOISE}); else does not hold here", {"slower": 1.1},
-      (GPU, HOLDS, NOT_HERE))
+@rule(
+    "L11",
+    V,
+    "time of the same training loop with / without empty_cache() every step",
+    f"holds when the loop is >= {{slower}}x slower ({NOISE}); else does not hold here",
+    {"slower": 1.1},
+    (GPU, HOLDS, NOT_HERE),
+)
 def _l11(t: dict, on_gpu: bool, slowdown: float) -> str:
     return GPU if not on_gpu else HOLDS if slowdown >= t["slower"] else NOT_HERE
 
 
-@rule("L12", V, "fp16 + GradScaler vs fp32, same weights and batches: samples/s, activation memory, and the "
-      "mean training loss's relative distance from fp32's",
-      "holds when fp16 is >= {speed}x faster, needs >= {memory}x less activation memory and its mean loss is "
-      "within {loss} of fp32's (stated tolerances); less memory and the same loss but not faster: holds only when "
-      "the model is large enough to be compute-bound; else does not hold here",
-      {"speed": 1.2, "memory": 1.3, "loss": 0.05},
-      (GPU, HOLDS, "holds only when the model is large enough to be compute-bound", NOT_HERE))
+@rule(
+    "L12",
+    V,
+    "fp16 + GradScaler vs fp32, same weights and batches: samples/s, activation memory, and the "
+    "mean training loss's relative distance from fp32's",
+    "holds when fp16 is >= {speed}x faster, needs >= {memory}x less activation "
+    "memory and its mean loss is within {loss} of fp32's (stated tolerances); "
+    "less memory and the same loss but not faster: holds only when the model "
+    "is large enough to be compute-bound; else does not hold here",
+    {"speed": 1.2, "memory": 1.3, "loss": 0.05},
+    (GPU, HOLDS, "holds only when the model is large enough to be compute-bound", NOT_HERE),
+)
 def _l12(t: dict, on_gpu: bool, speedup: float, memory_ratio: float, loss_gap: float) -> str:
     if not on_gpu:
         return GPU
     if memory_ratio < t["memory"] or loss_gap > t["loss"]:
         return NOT_HERE
-    return HOLDS if speedup >= t["speed"] else "holds only when the model is large enough to be compute-bound"
+    return (
+        HOLDS
+        if speedup >= t["speed"]
+        else "holds only when the model is large enough to be compute-bound"
+    )
 
 
-@rule("L13", V, "GPU / CPU time per full-batch step at 506 rows (the CPU at its best thread count)",
-      f"holds when the GPU takes >= {{ratio}}x the CPU's time (the article: 'no faster, maybe slower'; {NOISE}); "
-      "else does not hold here", {"ratio": 0.9}, (GPU, HOLDS, NOT_HERE))
+@rule(
+    "L13",
+    V,
+    "GPU / CPU time per full-batch step at 506 rows (the CPU at its best thread count)",
+    "holds when the GPU takes >= {ratio}x the CPU's time (the article: "
+    f"'no faster, maybe slower'; {NOISE}); else does not hold here",
+    {"ratio": 0.9},
+    (GPU, HOLDS, NOT_HERE),
+)
 def _l13(t: dict, on_gpu: bool, gpu_vs_cpu_time: float | None) -> str:
     r = gpu_vs_cpu_time
     return GPU if not on_gpu or r is None else HOLDS if r >= t["ratio"] else NOT_HERE
 
 
-@rule("L14", V, "GPU 0 peak memory / the other GPUs' mean, loss outside vs inside forward",
-      f"holds when the imbalance with the loss outside forward is > {{imbalance}} ({NOISE}) and lower with it "
-      "inside; else does not hold here", {"imbalance": 1.1}, (GPUS2, HOLDS, NOT_HERE))
-def _l14(t: dict, gpus: int, imbalance_outside: float | None, imbalance_inside: float | None) -> str:
+@rule(
+    "L14",
+    V,
+    "GPU 0 peak memory / the other GPUs' mean, loss outside vs inside forward",
+    "holds when the imbalance with the loss outside forward is > {imbalance} "
+    f"({NOISE}) and lower with it inside; else does not hold here",
+    {"imbalance": 1.1},
+    (GPUS2, HOLDS, NOT_HERE),
+)
+def _l14(
+    t: dict, gpus: int, imbalance_outside: float | None, imbalance_inside: float | None
+) -> str:
     if gpus < 2 or imbalance_outside is None or imbalance_inside is None:
         return GPUS2
-    return HOLDS if t["imbalance"] < imbalance_outside and imbalance_inside < imbalance_outside else NOT_HERE
+    return (
+        HOLDS
+        if t["imbalance"] < imbalance_outside and imbalance_inside < imbalance_outside
+        else NOT_HERE
+    )
 
 
-@rule("L15", V, "time per sample, DDP vs DataParallel, same model, global batch, host data and syncs",
-      "holds when DDP takes >= {less} less time per sample (half the article's ~20 % on 4 GPUs); else does not "
-      "hold here", {"less": 0.1}, (GPUS2, HOLDS, NOT_HERE))
+@rule(
+    "L15",
+    V,
+    "time per sample, DDP vs DataParallel, same model, global batch, host data and syncs",
+    "holds when DDP takes >= {less} less time per sample (half "
+    "the article's ~20 % on 4 GPUs); else does not hold here",
+    {"less": 0.1},
+    (GPUS2, HOLDS, NOT_HERE),
+)
 def _l15(t: dict, gpus: int, less_time: float | None) -> str:
     return GPUS2 if gpus < 2 or less_time is None else HOLDS if less_time >= t["less"] else NOT_HERE
 
 
-@rule("L16", M, "a DataParallel state_dict loaded strictly into a plain model: fixed by load_state_dict's key "
-      "match (the map_location half needs a second device and is demonstrated, not judged)",
-      "shown when the strict load fails (no threshold: a fact of the design)", {}, (SHOWN, NOT_SHOWN))
+@rule(
+    "L16",
+    M,
+    "a DataParallel state_dict loaded strictly into a plain model: fixed by load_state_dict's key "
+    "match (the map_location half needs a second device and is demonstrated, not judged)",
+    "shown when the strict load fails (no threshold: a fact of the design)",
+    {},
+    (SHOWN, NOT_SHOWN),
+)
 def _l16(t: dict, prefix_load_failed: bool) -> str:
     return SHOWN if prefix_load_failed else NOT_SHOWN
 
 
-@rule("L17", V, "hand-off time (activations forward, their gradients back) / a plain 2-stage split's step; the "
-      "idle half is fixed by the schedule (2 sequential stages are busy at most 50 %) and shown, not judged",
-      "holds when the hand-off is >= {handoff} of the step (stated tolerance); else holds only when the "
-      "activations handed over are large", {"handoff": 0.02},
-      (HOLDS, "holds only when the activations handed over are large"))
+@rule(
+    "L17",
+    V,
+    "hand-off time (activations forward, their gradients back) / a "
+    "plain 2-stage split's step; the idle half is fixed by the schedule "
+    "(2 sequential stages are busy at most 50 %) and shown, not judged",
+    "holds when the hand-off is >= {handoff} of the step (stated "
+    "tolerance); else holds only when the activations handed over are large",
+    {"handoff": 0.02},
+    (HOLDS, "holds only when the activations handed over are large"),
+)
 def _l17(t: dict, handoff_share: float) -> str:
-    return HOLDS if handoff_share >= t["handoff"] else "holds only when the activations handed over are large"
+    return (
+        HOLDS
+        if handoff_share >= t["handoff"]
+        else "holds only when the activations handed over are large"
+    )
 
 
-@rule("L18", "both", "verdict: final loss of a k x batch with the same vs the scaled lr (notebook 06); mechanism: "
-      "DDP vs one process on the global batch, and batch-norm running means between ranks (notebook 14)",
-      "learning-rate half holds when the scaled lr ends lower and closer to the small batch's loss, else does "
-      "not hold here; batch-norm half shown when DDP equals the global batch (< {equal}) and the ranks' BN means "
-      "differ by > {differs} (float32 noise; stated tolerances)", {"equal": 1e-4, "differs": 1e-6},
-      ("holds (learning-rate part)", NOT_HERE, "mechanism shown (batch-norm part)", NOT_SHOWN))
-def _l18(t: dict, lr_losses: tuple[float, float, float] | None = None,
-         ddp_vs_global: float | None = None, bn_spread: float | None = None) -> str:
+@rule(
+    "L18",
+    "both",
+    "verdict: final loss of a k x batch with the same vs the scaled "
+    "lr (notebook 06); mechanism: DDP vs one process on the global "
+    "batch, and batch-norm running means between ranks (notebook 14)",
+    "learning-rate half holds when the scaled lr ends lower and closer to the small batch's "
+    "loss, else does not hold here; batch-norm half shown when DDP equals the global batch (< "
+    "{equal}) and the ranks' BN means differ by > {differs} (float32 noise; stated tolerances)",
+    {"equal": 1e-4, "differs": 1e-6},
+    ("holds (learning-rate part)", NOT_HERE, "mechanism shown (batch-norm part)", NOT_SHOWN),
+)
+def _l18(
+    t: dict,
+    lr_losses: tuple[float, float, float] | None = None,
+    ddp_vs_global: float | None = None,
+    bn_spread: float | None = None,
+) -> str:
     if lr_losses is not None:
         small, same_lr, scaled_lr = lr_losses
         ok = scaled_lr < same_lr and abs(scaled_lr - small) < abs(same_lr - small)
         return "holds (learning-rate part)" if ok else NOT_HERE
     if ddp_vs_global is None or bn_spread is None:
-        raise TypeError("L18 needs lr_losses=(small, same lr, scaled lr) or ddp_vs_global and bn_spread")
-    return "mechanism shown (batch-norm part)" if ddp_vs_global < t["equal"] and bn_spread > t["differs"] else NOT_SHOWN
+        raise TypeError(
+            "L18 needs lr_losses=(small, same lr, scaled lr) or ddp_vs_global and bn_spread"
+        )
+    return (
+        "mechanism shown (batch-norm part)"
+        if ddp_vs_global < t["equal"] and bn_spread > t["differs"]
+        else NOT_SHOWN
+    )
 
 
-@rule("L19", V, "an odd-sized data-parallel job (3 processes) and an even control (2), same launcher, model "
-      "and backend: did each finish with identical replicas?",
-      "holds when the odd job fails and the even control finishes; both finish: does not hold here; the even "
-      "control fails too: inconclusive (the failure is not about the count)", {},
-      (HOLDS, NOT_HERE, "inconclusive: the even-count control failed too"))
+@rule(
+    "L19",
+    V,
+    "an odd-sized data-parallel job (3 processes) and an even control (2), same launcher, model "
+    "and backend: did each finish with identical replicas?",
+    "holds when the odd job fails and the even control finishes; both finish: does not hold "
+    "here; the even control fails too: inconclusive (the failure is not about the count)",
+    {},
+    (HOLDS, NOT_HERE, "inconclusive: the even-count control failed too"),
+)
 def _l19(t: dict, odd_world_finished: bool, even_world_finished: bool) -> str:
     inconclusive = "inconclusive: the even-count control failed too"
     return inconclusive if not even_world_finished else NOT_HERE if odd_world_finished else HOLDS
 
 
-@rule("L20", V, "loss + gradient time, Python loop / vectorised (same values asserted)",
-      "holds when >= {ratio}x (half the article's ~100x); >= {some}x: holds only when the loop runs over many "
-      "elements (stated tolerance); else does not hold here", {"ratio": 50, "some": 5},
-      (HOLDS, "holds only when the loop runs over many elements", NOT_HERE))
+@rule(
+    "L20",
+    V,
+    "loss + gradient time, Python loop / vectorised (same values asserted)",
+    "holds when >= {ratio}x (half the article's ~100x); >= {some}x: holds only when "
+    "the loop runs over many elements (stated tolerance); else does not hold here",
+    {"ratio": 50, "some": 5},
+    (HOLDS, "holds only when the loop runs over many elements", NOT_HERE),
+)
 def _l20(t: dict, ratio: float) -> str:
     return _tiers(ratio, t["ratio"], t["some"], "holds only when the loop runs over many elements")
 
 
-@rule("L21", M, "the profiler's diagnosis of a loop built input-bound and of one built compute-bound: the "
-      "advice is demonstrated on loops made for it, not tested on yours",
-      "shown when the profile names the right kind for both loops (so it points to different fixes)", {},
-      (SHOWN, NOT_SHOWN))
-def _l21(t: dict, data_loop_kind: str, compute_loop_kind: str, compute_kinds_expected: tuple[str, ...]) -> str:
-    return SHOWN if data_loop_kind == "input-bound" and compute_loop_kind in compute_kinds_expected else NOT_SHOWN
+@rule(
+    "L21",
+    M,
+    "the profiler's diagnosis of a loop built input-bound and of one built compute-bound: the "
+    "advice is demonstrated on loops made for it, not tested on yours",
+    "shown when the profile names the right kind for both loops (so it points to different fixes)",
+    {},
+    (SHOWN, NOT_SHOWN),
+)
+def _l21(
+    t: dict, data_loop_kind: str, compute_loop_kind: str, compute_kinds_expected: tuple[str, ...]
+) -> str:
+    return (
+        SHOWN
+        if data_loop_kind == "input-bound" and compute_loop_kind in compute_kinds_expected
+        else NOT_SHOWN
+    )
 
 
-@rule("L22", V, "speed-up bought by code (fast recipe / reference, this machine) vs by hardware (another "
-      "device's fast recipe / this machine's, the same model width, no rescaling); costs at assumed hourly "
-      "prices are shown, not judged",
-      "holds when the hardware gain is > {margin}x the code gain; else does not hold here; without a run of the "
-      "same model on other hardware: needs a run on other hardware", {"margin": 1},
-      ("needs a run on other hardware", HOLDS, NOT_HERE))
+@rule(
+    "L22",
+    V,
+    "speed-up bought by code (fast recipe / reference, this machine) vs by "
+    "hardware (another device's fast recipe / this machine's, the same model "
+    "width, no rescaling); costs at assumed hourly prices are shown, not judged",
+    "holds when the hardware gain is > {margin}x the code gain; else does not hold here; "
+    "without a run of the same model on other hardware: needs a run on other hardware",
+    {"margin": 1},
+    ("needs a run on other hardware", HOLDS, NOT_HERE),
+)
 def _l22(t: dict, code_gain: float, hardware_gain: float | None) -> str:
     if hardware_gain is None:
         return "needs a run on other hardware"
     return HOLDS if hardware_gain > t["margin"] * code_gain else NOT_HERE
 
 
-@rule("L23", V, "test accuracy after the same epochs: 2 devices at batch 512, lr 0.2 vs 1 device at batch 256, "
-      "lr 0.1 (without 2 GPUs: the larger batch with the scaled lr on one device)",
-      "holds when the accuracy drops by more than {drop} (the book's own 1-GPU runs vary by about that much); "
-      "else does not hold here", {"drop": 0.02}, (GPUS2, HOLDS, NOT_HERE))
+@rule(
+    "L23",
+    V,
+    "test accuracy after the same epochs: 2 devices at batch 512, lr 0.2 vs 1 device at batch 256, "
+    "lr 0.1 (without 2 GPUs: the larger batch with the scaled lr on one device)",
+    "holds when the accuracy drops by more than {drop} (the book's "
+    "own 1-GPU runs vary by about that much); else does not hold here",
+    {"drop": 0.02},
+    (GPUS2, HOLDS, NOT_HERE),
+)
 def _l23(t: dict, gpus: int, acc_one: float, acc_two: float | None) -> str:
-    return GPUS2 if gpus < 2 or acc_two is None else HOLDS if acc_one - acc_two > t["drop"] else NOT_HERE
+    return (
+        GPUS2
+        if gpus < 2 or acc_two is None
+        else HOLDS
+        if acc_one - acc_two > t["drop"]
+        else NOT_HERE
+    )
 
 
 assert set(RULES) == set(CLAIMS), f"claims without a rule: {set(CLAIMS) - set(RULES)}"

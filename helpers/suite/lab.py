@@ -19,16 +19,23 @@ def command(root: str | Path, extra: Sequence[str] = ()) -> list[str]:
     """The JupyterLab command line for `root` (a folder); `extra` flags go last and win."""
     if not Path(root).is_dir():
         raise FileNotFoundError(f"lab.command: root {root} is not a folder")
-    cmd = [sys.executable, "-m", "jupyterlab", str(root), "--ServerApp.ip=127.0.0.1",
-           "--LabApp.news_url=None",  # announcements off at the server too, not only in the UI
-           "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "jupyterlab",
+        str(root),
+        "--ServerApp.ip=127.0.0.1",
+        "--LabApp.news_url=None",  # announcements off at the server too, not only in the UI
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+    ]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")
     return [*cmd, *extra]
 
 
 def environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """`base` (default: this process's environment) with the suite's Jupyter settings on the config path."""
+    """`base` (default: this process's environment) with the suite's Jupyter settings on the
+    config path."""
     env = dict(os.environ if base is None else base)
     path = [str(CONFIG_DIR), *filter(None, env.get("JUPYTER_CONFIG_PATH", "").split(os.pathsep))]
     env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(dict.fromkeys(path))

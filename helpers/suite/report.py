@@ -26,9 +26,21 @@ from .claims import CLAIMS, RULES, VERDICT_KINDS, kind_of
 from .results import load_all
 
 NOT_RUN = "no verdict recorded"
-DECIDED = ("holds", "holds only when", "does not hold here")  # notebooks that differ on these disagree
-COLOURS = {"holds": "#c8e6c9", "holds only when": "#fff3c4", "does not hold here": "#f8c8c8",  # by kind
-           "mechanism shown": "#cfe3f7", "mechanism not shown here": "#f8c8c8", NOT_RUN: "#eeeeee"}
+# notebooks that differ on these disagree
+DECIDED = (
+    "holds",
+    "holds only when",
+    "does not hold here",
+)
+# by kind
+COLOURS = {
+    "holds": "#c8e6c9",
+    "holds only when": "#fff3c4",
+    "does not hold here": "#f8c8c8",
+    "mechanism shown": "#cfe3f7",
+    "mechanism not shown here": "#f8c8c8",
+    NOT_RUN: "#eeeeee",
+}
 
 
 def _fmt(v: Any) -> str:
@@ -39,46 +51,107 @@ def _fmt(v: Any) -> str:
 
 def _hardware_line(hw: dict[str, Any]) -> str:
     gpus = ", ".join(f"{g['name']} ({g['memory_gib']} GiB)" for g in hw.get("gpus", [])) or "no GPU"
-    return (f"{hw.get('cpu', '?')}, {hw.get('cpu_cores_usable', '?')} cores, {hw.get('ram_gib', '?')} GiB RAM; "
-            f"{gpus}; torch {hw.get('torch', '?')}")
+    return (
+        f"{hw.get('cpu', '?')}, {hw.get('cpu_cores_usable', '?')} cores, "
+        f"{hw.get('ram_gib', '?')} GiB RAM; {gpus}; torch {hw.get('torch', '?')}"
+    )
 
 
-def build(results: list[dict[str, Any]], run_log: dict[str, Any] | None = None,
-          references: list[tuple[str, list[dict[str, Any]]]] | None = None,
-          problems: list[str] | None = None) -> dict[str, Any]:
+def build(
+    results: list[dict[str, Any]],
+    run_log: dict[str, Any] | None = None,
+    references: list[tuple[str, list[dict[str, Any]]]] | None = None,
+    problems: list[str] | None = None,
+) -> dict[str, Any]:
     """Everything the report shows, as plain data (tests check this; renderers format it).
     `problems`: results files that could not be read (from `load_all(problems=...)`); their
     notebooks' claims read 'results file unreadable', not 'not tested yet'."""
-    if not isinstance(results, list) or not all(isinstance(r, dict) and "notebook" in r for r in results):
-        raise TypeError("build: results must be a list of result dicts, as results.load_all() returns")
+    if not isinstance(results, list) or not all(
+        isinstance(r, dict) and "notebook" in r for r in results
+    ):
+        raise TypeError(
+            "build: results must be a list of result dicts, as results.load_all() returns"
+        )
     problems = list(problems or [])
     unreadable = {m[1] for m in (re.search(r"(\d\d)[^/]*\.json ", p) for p in problems) if m}
     if references is None:  # committed GPU results: one folder per run under results/reference/
-        references = [(d.name, load_all(d, problems=problems))
-                      for d in sorted(paths.reference_results_dir().glob("*/"))]
+        references = [
+            (d.name, load_all(d, problems=problems))
+            for d in sorted(paths.reference_results_dir().glob("*/"))
+        ]
     ref_verdicts = _first_in(references, "verdicts", lambda r, v: v["claim"])
+    ledger = _ledger(results, unreadable, ref_verdicts)
+    counts = Counter(e["kind"] for c in ledger for e in c["entries"])
+    return {
+        "hardware": results[0]["hardware"] if results else None,
+        "notebooks": results,
+        "run_log": run_log or {},
+        "ledger": ledger,
+        "references": references,
+        "problems": problems,
+        "counts": {k: counts[k] for k in (*VERDICT_KINDS, NOT_RUN) if counts[k]},
+    }
+
+
+def _ledger(
+    results: list[dict[str, Any]], unreadable: set[str], ref_verdicts: dict
+) -> list[dict[str, Any]]:
+    """Per claim: its text, rule, every notebook's verdict (or why none) and the reference's."""
     # the notebooks meant to judge each claim (none without a catalog: notebooks run elsewhere)
     tested_in = catalog.claim_notebooks() if catalog.CATALOG.is_file() else {c: [] for c in CLAIMS}
     ledger = []
     for cid, text in CLAIMS.items():
-        entries = [{**v, "notebook": r["notebook"], "kind": kind_of(v["verdict"])}
-                   for r in results for v in r.get("verdicts", []) if v.get("claim") == cid]
-        recorded = {e["notebook"][:2] for e in entries}
-        entries += [{"notebook": f"notebook {nb}", "kind": NOT_RUN, "figure": "", "detail": "", "synthetic_data": False,
-                     "verdict": "results file unreadable" if nb in unreadable else NOT_RUN}
-                    for nb in tested_in[cid] if nb not in recorded]  # meant to judge it, did not
+        entries = _entries(cid, results, tested_in[cid], unreadable)
         decided = {e["kind"] for e in entries if e["kind"] in DECIDED}
-        ledger.append({"claim": cid, "text": text, "notebooks": tested_in[cid], "entries": entries,
-                       "disagree": len(decided) > 1, "rule": RULES[cid].threshold, "kind": RULES[cid].kind,
-                       "compares": RULES[cid].compares, "reference": ref_verdicts.get(cid)})
-    counts = Counter(e["kind"] for c in ledger for e in c["entries"])
-    return {"hardware": results[0]["hardware"] if results else None, "notebooks": results,
-            "run_log": run_log or {}, "ledger": ledger, "references": references, "problems": problems,
-            "counts": {k: counts[k] for k in (*VERDICT_KINDS, NOT_RUN) if counts[k]}}
+        ledger.append(
+            {
+                "claim": cid,
+                "text": text,
+                "notebooks": tested_in[cid],
+                "entries": entries,
+                "disagree": len(decided) > 1,
+                "rule": RULES[cid].threshold,
+                "kind": RULES[cid].kind,
+                "compares": RULES[cid].compares,
+                "reference": ref_verdicts.get(cid),
+            }
+        )
+    return ledger
 
 
-def _first_in(references: list[tuple[str, list[dict[str, Any]]]], field: str, key: Callable) -> dict:
-    """Per `key(result, entry)`, the first reference run's entry of `field`, with that run's name."""
+def _entries(
+    cid: str, results: list[dict[str, Any]], tested_in: list[str], unreadable: set[str]
+) -> list[dict[str, Any]]:
+    """Claim `cid`'s verdicts in `results`, then one entry per notebook of `tested_in` (the ones
+    meant to judge it) that recorded none."""
+    entries = [
+        {**v, "notebook": r["notebook"], "kind": kind_of(v["verdict"])}
+        for r in results
+        for v in r.get("verdicts", [])
+        if v.get("claim") == cid
+    ]
+    recorded = {e["notebook"][:2] for e in entries}
+    # meant to judge it, did not
+    entries += [
+        {
+            "notebook": f"notebook {nb}",
+            "kind": NOT_RUN,
+            "figure": "",
+            "detail": "",
+            "synthetic_data": False,
+            "verdict": "results file unreadable" if nb in unreadable else NOT_RUN,
+        }
+        for nb in tested_in
+        if nb not in recorded
+    ]
+    return entries
+
+
+def _first_in(
+    references: list[tuple[str, list[dict[str, Any]]]], field: str, key: Callable
+) -> dict:
+    """Per `key(result, entry)`, the first reference run's entry of `field`, with that run's
+    name."""
     first: dict[Any, dict[str, Any]] = {}
     for name, ref in references:
         for result, x in ((r, x) for r in ref for x in r.get(field, [])):
@@ -91,44 +164,94 @@ def measurements_frame(r: dict[str, Any], ref_idx: dict) -> pd.DataFrame:
     rows = []
     for m in r.get("measurements", []):
         ref = ref_idx.get((r["notebook"], m["name"]))
-        rows.append({"measurement": m["name"], "value": _fmt(m["value"]), "unit": m["unit"],
-                     "ratio": f"{m['ratio']:.2f}x" if m.get("ratio") is not None else "", "note": m.get("note", ""),
-                     "reference (GPU)": f"{_fmt(ref['value'])} {ref['unit']} ({ref['run']})" if ref else ""})
-    df = pd.DataFrame(rows, columns=["measurement", "value", "unit", "ratio", "note", "reference (GPU)"])
+        rows.append(
+            {
+                "measurement": m["name"],
+                "value": _fmt(m["value"]),
+                "unit": m["unit"],
+                "ratio": f"{m['ratio']:.2f}x" if m.get("ratio") is not None else "",
+                "note": m.get("note", ""),
+                "reference (GPU)": f"{_fmt(ref['value'])} {ref['unit']} ({ref['run']})"
+                if ref
+                else "",
+            }
+        )
+    df = pd.DataFrame(
+        rows, columns=["measurement", "value", "unit", "ratio", "note", "reference (GPU)"]
+    )
     return df if ref_idx else df.drop(columns="reference (GPU)")
 
 
 def _run_state(log: dict[str, Any]) -> dict[str, Any] | None:
     """Which run, and whether it is complete: a partial report never passes for a finished one."""
     nbs = log.get("notebooks", {})
-    return {"run": "?", "started": "?", "profile": "?", "profile_reason": "", "stopped_by": "a signal",
-            "not_run": [], "ended": "?", **log, "done": sum(r.get("status") != "running" for r in nbs.values()),
-            "running": [n for n, r in nbs.items() if r.get("status") == "running"]} if log.get("state") else None
+    return (
+        {
+            "run": "?",
+            "started": "?",
+            "profile": "?",
+            "profile_reason": "",
+            "stopped_by": "a signal",
+            "not_run": [],
+            "ended": "?",
+            **log,
+            "done": sum(r.get("status") != "running" for r in nbs.values()),
+            "running": [n for n, r in nbs.items() if r.get("status") == "running"],
+        }
+        if log.get("state")
+        else None
+    )
 
 
 def _view(rep: dict[str, Any], results_dir: Path, report_dir: Path | None = None) -> dict[str, Any]:
     """`build`'s data laid out for a report written into `report_dir` (default: the run folder,
     above `results_dir`): links and figure paths relative to it, measurements as pandas tables."""
     results_dir = Path(results_dir)
-    report_dir, notebooks_dir = Path(report_dir or results_dir.parent), results_dir.parent / "notebooks"
+    report_dir, notebooks_dir = (
+        Path(report_dir or results_dir.parent),
+        results_dir.parent / "notebooks",
+    )
     rel = lambda path: Path(os.path.relpath(path, report_dir)).as_posix()  # noqa: E731
-    figure = lambda f: {"stem": Path(f).stem, "path": results_dir / f, "rel": rel(results_dir / f)}  # noqa: E731
+
+    def figure(f: str) -> dict[str, Any]:
+        return {"stem": Path(f).stem, "path": results_dir / f, "rel": rel(results_dir / f)}
+
     ref_idx = _first_in(rep["references"], "measurements", lambda r, m: (r["notebook"], m["name"]))
     runs = rep["run_log"].get("notebooks", {})
     notebooks = []
     for r in rep["notebooks"]:
         executed, table = notebooks_dir / f"{r['notebook']}.html", measurements_frame(r, ref_idx)
-        notebooks.append({**r, "log": runs.get(r["notebook"]), "table": table if len(table) else None,
-                          "executed": rel(executed) if executed.exists() else None,
-                          "figures": [figure(f) for f in r.get("figures", [])]})
-    waterfall = next((f for r in rep["notebooks"] for f in r.get("figures", []) if "waterfall" in f), None)
-    return {**rep, "run": _run_state(rep["run_log"]), "notebooks": notebooks,
-            "machine": _hardware_line(rep["hardware"]) if rep["hardware"] else None,
-            "refs": [{"name": name, "machine": _hardware_line(ref[0]["hardware"]), "profile": ref[0].get("profile"),
-                      "date": str(ref[0].get("started", ""))[:10]} for name, ref in rep["references"] if ref],
-            "with_refs": any(c["reference"] for c in rep["ledger"]),
-            "waterfall": figure(waterfall) if waterfall else None,
-            "failed": [(n, v.get("error", "")) for n, v in runs.items() if v.get("status") != "ok"]}
+        notebooks.append(
+            {
+                **r,
+                "log": runs.get(r["notebook"]),
+                "table": table if len(table) else None,
+                "executed": rel(executed) if executed.exists() else None,
+                "figures": [figure(f) for f in r.get("figures", [])],
+            }
+        )
+    waterfall = next(
+        (f for r in rep["notebooks"] for f in r.get("figures", []) if "waterfall" in f), None
+    )
+    return {
+        **rep,
+        "run": _run_state(rep["run_log"]),
+        "notebooks": notebooks,
+        "machine": _hardware_line(rep["hardware"]) if rep["hardware"] else None,
+        "refs": [
+            {
+                "name": name,
+                "machine": _hardware_line(ref[0]["hardware"]),
+                "profile": ref[0].get("profile"),
+                "date": str(ref[0].get("started", ""))[:10],
+            }
+            for name, ref in rep["references"]
+            if ref
+        ],
+        "with_refs": any(c["reference"] for c in rep["ledger"]),
+        "waterfall": figure(waterfall) if waterfall else None,
+        "failed": [(n, v.get("error", "")) for n, v in runs.items() if v.get("status") != "ok"],
+    }
 
 
 def _img(figure: dict[str, Any]) -> str:
@@ -140,14 +263,20 @@ def _img(figure: dict[str, Any]) -> str:
     return f'<img alt="{html.escape(figure["stem"])}" src="data:image/png;base64,{data}">'
 
 
-_TEMPLATES = jinja2.Environment(loader=jinja2.PackageLoader("helpers.suite", "templates"),
-                                autoescape=jinja2.select_autoescape(["html"]), trim_blocks=True,
-                                lstrip_blocks=True, keep_trailing_newline=True)
-_TEMPLATES.filters.update(img=_img, fmt=_fmt, colour=lambda kind: COLOURS.get(kind, "#e4daf2"))  # else: needs
+_TEMPLATES = jinja2.Environment(
+    loader=jinja2.PackageLoader("helpers.suite", "templates"),
+    autoescape=jinja2.select_autoescape(["html"]),
+    trim_blocks=True,
+    lstrip_blocks=True,
+    keep_trailing_newline=True,
+)
+# kinds not in COLOURS (the "needs ..." ones) get the default colour
+_TEMPLATES.filters.update(img=_img, fmt=_fmt, colour=lambda kind: COLOURS.get(kind, "#e4daf2"))
 
 
 def render(rep: dict[str, Any], *where: Path | None, fmt: str = "md") -> str:
-    """`rep` as Markdown, or as one self-contained HTML page (figures inlined); `where`: `_view`'s folders."""
+    """`rep` as Markdown, or as one self-contained HTML page (figures inlined); `where`: `_view`'s
+    folders."""
     check_choice("fmt", fmt, ("md", "html"), where="report.render")
     return _TEMPLATES.get_template(f"report.{fmt}").render(_view(rep, *where))
 
@@ -157,8 +286,9 @@ def render_notebooks(notebooks_dir: Path) -> None:
     from nbconvert import HTMLExporter
 
     if not Path(notebooks_dir).is_dir():
-        raise FileNotFoundError(f"render_notebooks: notebooks_dir {notebooks_dir} is not a folder of "
-                                "executed notebooks")
+        raise FileNotFoundError(
+            f"render_notebooks: notebooks_dir {notebooks_dir} is not a folder of executed notebooks"
+        )
     exporter = HTMLExporter(template_name="lab")
     for nb_path in sorted(Path(notebooks_dir).glob("*.ipynb")):
         target = nb_path.with_suffix(".html")
@@ -174,14 +304,22 @@ def write(build_dir: Path | None = None, out_dir: Path | None = None) -> Path:
     folder) into `out_dir` (default: that folder), links relative to it; return the HTML path."""
     build_dir = Path(build_dir or runs.latest_run() or paths.build_dir())
     if not build_dir.is_dir():
-        raise FileNotFoundError(f"report.write: build_dir {build_dir} does not exist; run the notebooks "
-                                "first (make run), or pass the folder that holds results/")
-    results_dir, log_path, notebooks = build_dir / "results", build_dir / "run.json", build_dir / "notebooks"
+        raise FileNotFoundError(
+            f"report.write: build_dir {build_dir} does not exist; run the notebooks "
+            "first (make run), or pass the folder that holds results/"
+        )
+    results_dir, log_path, notebooks = (
+        build_dir / "results",
+        build_dir / "run.json",
+        build_dir / "notebooks",
+    )
     problems, run_log = [], {}
     try:
         run_log = json.loads(log_path.read_text()) if log_path.exists() else {}
     except (ValueError, OSError) as e:  # warned once, like an unreadable results file (`load_all`)
-        warnings.warn(msg := f"{log_path} cannot be read ({e}): notebook statuses are missing", stacklevel=2)
+        warnings.warn(
+            msg := f"{log_path} cannot be read ({e}): notebook statuses are missing", stacklevel=2
+        )
         problems.append(msg)
     if notebooks.is_dir():
         render_notebooks(notebooks)

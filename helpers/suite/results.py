@@ -6,7 +6,8 @@
     rec.judge("L3", figure="uint8 copies 2.5x faster", copy_gain=2.5)
     rec.figure(fig, "batch_memory")
 
-Every call rewrites `build/results/<notebook>.json`: a notebook stopped half-way keeps what it measured.
+Every call rewrites `build/results/<notebook>.json`: a notebook stopped half-way keeps what it
+measured.
 """
 
 from __future__ import annotations
@@ -26,48 +27,80 @@ from .claims import RULES, judge, kind_of
 
 
 class Recorder:
-    def __init__(self, notebook: str, profile: Profile | str | None = None,
-                 directory: str | Path | None = None) -> None:
+    def __init__(
+        self,
+        notebook: str,
+        profile: Profile | str | None = None,
+        directory: str | Path | None = None,
+    ) -> None:
         if not isinstance(notebook, str) or not re.fullmatch(r"[A-Za-z0-9][\w.-]*", notebook):
-            raise ValueError("Recorder: notebook must be a non-empty file name like '02_data_loading' "
-                             f"(letters, digits, _ . -; no folders); got {notebook!r}")
-        if not (profile is None or isinstance(profile, Profile) or isinstance(profile, str) and profile):
-            raise TypeError(f"Recorder: profile must be a Profile, a profile name such as "
-                            f"{' or '.join(repr(p) for p in PROFILES)}, or None; got {profile!r}")
+            raise ValueError(
+                "Recorder: notebook must be a non-empty file name like '02_data_loading' "
+                f"(letters, digits, _ . -; no folders); got {notebook!r}"
+            )
+        if not (
+            profile is None or isinstance(profile, Profile) or isinstance(profile, str) and profile
+        ):
+            raise TypeError(
+                f"Recorder: profile must be a Profile, a profile name such as "
+                f"{' or '.join(repr(p) for p in PROFILES)}, or None; got {profile!r}"
+            )
         self.notebook = notebook
         self.directory = Path(directory) if directory is not None else paths.results_dir()
         self.path = self.directory / f"{notebook}.json"
         self.data: dict[str, Any] = {
-            "notebook": notebook, "profile": profile.name if isinstance(profile, Profile) else profile,
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "hardware": hardware_summary(),
-            "data_sources": {}, "measurements": [], "verdicts": [], "figures": []}
+            "notebook": notebook,
+            "profile": profile.name if isinstance(profile, Profile) else profile,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "hardware": hardware_summary(),
+            "data_sources": {},
+            "measurements": [],
+            "verdicts": [],
+            "figures": [],
+        }
         self.save()
 
     def data_source(self, dataset: str, *, synthetic: bool, detail: str = "") -> None:
         """Say which data the numbers come from; synthetic data is labelled in the report."""
         if not isinstance(dataset, str) or not dataset:
-            raise ValueError(f"data_source: dataset must be a non-empty name like 'cifar10', got {dataset!r}")
+            raise ValueError(
+                f"data_source: dataset must be a non-empty name like 'cifar10', got {dataset!r}"
+            )
         self.data["data_sources"][dataset] = {"synthetic": bool(synthetic), "detail": detail}
         self.save()
 
-    def measure(self, name: str, value: float, unit: str, *, ratio: float | None = None,
-                note: str = "", quiet: bool = False, **extra: Any) -> None:
+    def measure(
+        self,
+        name: str,
+        value: float,
+        unit: str,
+        *,
+        ratio: float | None = None,
+        note: str = "",
+        quiet: bool = False,
+        **extra: Any,
+    ) -> None:
         """Record one figure (and optionally its ratio to a baseline). Returns nothing, so a cell
         ending with it shows the printed line only, not the number a second time as `Out[]`."""
         if not isinstance(name, str) or not name:
             raise ValueError("measure: name must be a non-empty string")
         if not isinstance(unit, str):
-            raise ValueError(f"measure: unit must be a string such as 's' or 'samples/s', got {unit!r}")
+            raise ValueError(
+                f"measure: unit must be a string such as 's' or 'samples/s', got {unit!r}"
+            )
         value = _number(f"value for {name!r}", value)
         if math.isnan(value) or math.isinf(value):
-            raise ValueError(f"measure: value for {name!r} is " + ("NaN" if math.isnan(value) else
-                             f"infinite ({value}); record a finite figure (a zero time? measure more repeats)"))
+            fix = "record a finite figure (a zero time? measure more repeats)"
+            what = "NaN" if math.isnan(value) else f"infinite ({value}); {fix}"
+            raise ValueError(f"measure: value for {name!r} is {what}")
         ratio = None if ratio is None else _number(f"ratio for {name!r}", ratio, " or None")
         for k, v in {"ratio": ratio, **extra}.items():
             if isinstance(v, float) and not math.isfinite(v):
                 raise ValueError(f"measure: {k} for {name!r} must be finite, got {v}")
         entry = {"name": name, "value": value, "unit": unit, "ratio": ratio, "note": note, **extra}
-        self.data["measurements"] = [m for m in self.data["measurements"] if m["name"] != name] + [entry]
+        self.data["measurements"] = [m for m in self.data["measurements"] if m["name"] != name] + [
+            entry
+        ]
         self.save()
         if not quiet:
             r = f"  ({ratio:.2f}x {note})" if ratio is not None else (f"  ({note})" if note else "")
@@ -77,18 +110,35 @@ class Recorder:
         """The outcome of `claim`'s rule (`claims.judge`) on the `measured` quantities, recorded and
         printed with the rule in plain words and its thresholds beside the figure behind it."""
         if not isinstance(figure, str) or not figure:
-            raise ValueError(f"judge {claim}: figure must be the measured figure behind it, got {figure!r}")
+            raise ValueError(
+                f"judge {claim}: figure must be the measured figure behind it, got {figure!r}"
+            )
         verdict, r = judge(claim, **measured), RULES[claim]
         synthetic = any(s["synthetic"] for s in self.data["data_sources"].values())
-        entry = {"claim": claim, "verdict": verdict, "figure": figure, "detail": detail, "kind": r.kind,
-                 "synthetic_data": synthetic, "rule": r.threshold, "measured": measured}
+        entry = {
+            "claim": claim,
+            "verdict": verdict,
+            "figure": figure,
+            "detail": detail,
+            "kind": r.kind,
+            "synthetic_data": synthetic,
+            "rule": r.threshold,
+            "measured": measured,
+        }
         self.data["verdicts"] = [v for v in self.data["verdicts"] if v["claim"] != claim] + [entry]
         self.save()
         label = "mechanism" if kind_of(verdict).startswith("mechanism") else "verdict"
-        print(f"[{label}] {claim} - {verdict}: {figure}" + (" [synthetic data]" if synthetic else "")
-              + ("\n  fixed by PyTorch's design: demonstrated, not tested" if label == "mechanism" else "")
-              + f"\n  rule: {r.threshold}\n  measured: "
-              + ", ".join(f"{k} = {_fmt(v)}" for k, v in measured.items()))
+        print(
+            f"[{label}] {claim} - {verdict}: {figure}"
+            + (" [synthetic data]" if synthetic else "")
+            + (
+                "\n  fixed by PyTorch's design: demonstrated, not tested"
+                if label == "mechanism"
+                else ""
+            )
+            + f"\n  rule: {r.threshold}\n  measured: "
+            + ", ".join(f"{k} = {_fmt(v)}" for k, v in measured.items())
+        )
         return verdict
 
     def figure(self, fig: Any, name: str) -> None:
@@ -97,8 +147,11 @@ class Recorder:
         if not callable(getattr(fig, "savefig", None)):
             raise TypeError(f"figure: fig must be a matplotlib Figure, got {type(fig).__name__}")
         if not isinstance(name, str) or not re.fullmatch(r"[\w.-]+", name):
-            raise ValueError(f"figure: name must be a short file name (letters, digits, _ . -), got {name!r}")
-        rel = f"figures/{self.notebook}__{name}.png"  # relative: the report finds it beside the results
+            raise ValueError(
+                f"figure: name must be a short file name (letters, digits, _ . -), got {name!r}"
+            )
+        # relative: the report finds it beside the results
+        rel = f"figures/{self.notebook}__{name}.png"
         (self.directory / "figures").mkdir(parents=True, exist_ok=True)
         fig.savefig(self.directory / rel, dpi=90, bbox_inches="tight")
         if rel not in self.data["figures"]:
@@ -113,7 +166,13 @@ class Recorder:
 
 
 def _fmt(v: Any) -> str:
-    return f"{v:.3g}" if isinstance(v, float) else f"({', '.join(map(_fmt, v))})" if isinstance(v, tuple) else str(v)
+    return (
+        f"{v:.3g}"
+        if isinstance(v, float)
+        else f"({', '.join(map(_fmt, v))})"
+        if isinstance(v, tuple)
+        else str(v)
+    )
 
 
 def _number(what: str, v: Any, alternative: str = "") -> float:
@@ -122,8 +181,9 @@ def _number(what: str, v: Any, alternative: str = "") -> float:
     return float(v)
 
 
-def load_all(directory: str | Path | None = None, *,
-             problems: list[str] | None = None) -> list[dict[str, Any]]:
+def load_all(
+    directory: str | Path | None = None, *, problems: list[str] | None = None
+) -> list[dict[str, Any]]:
     """Every notebook's results in `directory` (default: this machine's), sorted by notebook. A file
     that cannot be read is skipped, never silently: a warning, and a line in `problems` if given."""
     out, problems = [], [] if problems is None else problems
@@ -133,8 +193,11 @@ def load_all(directory: str | Path | None = None, *,
         except UnicodeDecodeError as e:
             problem = f"is not UTF-8 text (byte {e.start})"
         except json.JSONDecodeError as e:
-            problem = ("is empty" if not raw.strip() else
-                       f"is truncated or not JSON ({e.msg}, line {e.lineno} column {e.colno})")
+            problem = (
+                "is empty"
+                if not raw.strip()
+                else f"is truncated or not JSON ({e.msg}, line {e.lineno} column {e.colno})"
+            )
         except OSError as e:
             problem = f"cannot be read ({e.strerror})"
         else:
@@ -142,6 +205,9 @@ def load_all(directory: str | Path | None = None, *,
                 out.append(data)
                 continue
             problem = "is not a results file (no 'notebook' entry)"
-        warnings.warn(msg := f"{p} {problem}: its measurements and verdicts are missing from the report", stacklevel=2)
+        warnings.warn(
+            msg := f"{p} {problem}: its measurements and verdicts are missing from the report",
+            stacklevel=2,
+        )
         problems.append(msg)
     return out

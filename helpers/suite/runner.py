@@ -37,9 +37,13 @@ _stopped_by: list[int] = []  # the signal that asked the run to stop (empty whil
 
 def notebook_paths(pattern: str = "*", source: Path | None = None) -> list[Path]:
     if not isinstance(pattern, str) or not pattern:
-        raise ValueError(f"notebook_paths: pattern must be a glob of notebook names such as '0[01]_*', "
-                         f"got {pattern!r}")
-    return sorted(p for p in Path(source or NOTEBOOKS).glob(f"{pattern}.ipynb") if p.stem[:2].isdigit())
+        raise ValueError(
+            f"notebook_paths: pattern must be a glob of notebook names such as '0[01]_*', "
+            f"got {pattern!r}"
+        )
+    return sorted(
+        p for p in Path(source or NOTEBOOKS).glob(f"{pattern}.ipynb") if p.stem[:2].isdigit()
+    )
 
 
 def _death(kernel: list[Any]) -> str:
@@ -62,51 +66,91 @@ def execute(nb_path: Path, out_dir: Path, timeout: int) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     nb = nbformat.read(nb_path, as_version=4)
     kernel: list[Any] = []  # the kernel process: its exit status says how it died
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                            resources={"metadata": {"path": str(nb_path.parent.resolve())}},
-                            on_notebook_start=lambda **_: kernel.append(getattr(client.km.provisioner, "process", None)))
+    client = _client(nb, nb_path, timeout, kernel)
     outcome: dict[str, Any] = {"status": "ok", "error": ""}
-
-    def run() -> None:
-        try:
-            with open(out_dir / f"{nb_path.stem}.kernel.log", "w") as log:
-                try:
-                    client.execute(stdout=log, stderr=log)
-                except RuntimeError as e:  # died before any cell: another process took a port picked
-                    if "kernel_info" not in str(e):  # for it (jupyter_client binds, then releases them)
-                        raise
-                    client.execute(stdout=log, stderr=log)  # once more: a new kernel, new ports
-        except CellExecutionError as e:
-            outcome.update(status="failed", error=f"{e.ename}: {e.evalue}"[:500])
-        except CellTimeoutError as e:
-            outcome.update(status="failed", error=f"cell timed out after {timeout} s: {str(e)[:200]}")
-        except DeadKernelError:
-            outcome.update(status="failed", error=_death(kernel))
-        except BaseException as e:  # anything else nbclient or the kernel manager raise
-            outcome.update(status="failed", error=f"{type(e).__name__}: {e}"[:500])
-
     t0 = time.perf_counter()
-    # nbclient in a thread: the main one keeps our signal handlers (nbclient's kill the kernel mid-cell)
-    worker = threading.Thread(target=run, name=f"nbclient {nb_path.stem}", daemon=True)
+    # nbclient in a thread: the main one keeps our signal handlers
+    # (nbclient's kill the kernel mid-cell)
+    worker = threading.Thread(
+        target=_run_client,
+        args=(client, out_dir / f"{nb_path.stem}.kernel.log", timeout, kernel, outcome),
+        name=f"nbclient {nb_path.stem}",
+        daemon=True,
+    )
     worker.start()
     while worker.is_alive():
         worker.join(0.2)
     if _stopped_by:
-        outcome.update(status="interrupted", error=f"stopped by {signal.Signals(_stopped_by[0]).name}; "
-                                                   "the cell running then did not finish")
+        outcome.update(
+            status="interrupted",
+            error=f"stopped by {signal.Signals(_stopped_by[0]).name}; "
+            "the cell running then did not finish",
+        )
     if outcome["status"] != "ok":  # say so at the top of the executed copy
-        nb.cells.insert(0, nbformat.v4.new_markdown_cell(
-            f"**This run of the notebook {outcome['status']}**: {outcome['error']}"))
+        nb.cells.insert(
+            0,
+            nbformat.v4.new_markdown_cell(
+                f"**This run of the notebook {outcome['status']}**: {outcome['error']}"
+            ),
+        )
     nbformat.write(nb, out_dir / nb_path.name)
     return {**outcome, "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def _client(nb: Any, nb_path: Path, timeout: int, kernel: list[Any]) -> NotebookClient:
+    """An nbclient for `nb` (cwd: `nb_path`'s folder); it appends its kernel process to
+    `kernel`."""
+    client = NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(nb_path.parent.resolve())}},
+        on_notebook_start=lambda **_: kernel.append(
+            getattr(client.km.provisioner, "process", None)
+        ),
+    )
+    return client
+
+
+def _run_client(
+    client: NotebookClient,
+    log_path: Path,
+    timeout: int,
+    kernel: list[Any],
+    outcome: dict[str, Any],
+) -> None:
+    """Execute `client`'s notebook, the kernel's output into `log_path`; a failure goes into
+    `outcome` (status and error), never raised."""
+    try:
+        with open(log_path, "w") as log:
+            try:
+                client.execute(stdout=log, stderr=log)
+            except RuntimeError as e:
+                # died before any cell: another process took a port picked for it
+                # (jupyter_client binds, then releases them)
+                if "kernel_info" not in str(e):
+                    raise
+                client.execute(stdout=log, stderr=log)  # once more: a new kernel, new ports
+    except CellExecutionError as e:
+        outcome.update(status="failed", error=f"{e.ename}: {e.evalue}"[:500])
+    except CellTimeoutError as e:
+        outcome.update(status="failed", error=f"cell timed out after {timeout} s: {str(e)[:200]}")
+    except DeadKernelError:
+        outcome.update(status="failed", error=_death(kernel))
+    except BaseException as e:  # anything else nbclient or the kernel manager raise
+        outcome.update(status="failed", error=f"{type(e).__name__}: {e}"[:500])
 
 
 def _on_signal(signum: int, frame: Any) -> None:
     """Ctrl-C / SIGTERM: end the running kernel and all it started (recorded as interrupted)."""
     if not _stopped_by:
         _stopped_by.append(signum)
-        print(f"\n{signal.Signals(signum).name}: stopping; ending the running kernel and its processes...",
-              file=sys.stderr, flush=True)
+        print(
+            f"\n{signal.Signals(signum).name}: stopping; "
+            "ending the running kernel and its processes...",
+            file=sys.stderr,
+            flush=True,
+        )
     processes.end_tree(grace=2.0)
 
 
@@ -121,10 +165,16 @@ def _confirm_full(yes: bool) -> bool:
 
     if yes or accelerator() is not None:
         return True
-    msg = "The 'full' profile on a machine without a GPU runs the real sizes on the CPU: this takes hours."
+    msg = (
+        "The 'full' profile on a machine without a GPU runs the real sizes on the CPU: "
+        "this takes hours."
+    )
     if sys.stdin is not None and sys.stdin.isatty():
         return input(f"{msg} Go on? [y/N] ").strip().lower() in ("y", "yes")
-    print(f"{msg} Not started: pass --yes (make run PROFILE=full CONFIRM=1) to run it anyway.", file=sys.stderr)
+    print(
+        f"{msg} Not started: pass --yes (make run PROFILE=full CONFIRM=1) to run it anyway.",
+        file=sys.stderr,
+    )
     return False
 
 
@@ -136,15 +186,24 @@ def _publish(run: Path, log: dict) -> Path:
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m helpers.suite", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m helpers.suite",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--profile", help="smoke, full or auto (default: $FTG_PROFILE, else auto)")
     ap.add_argument("--yes", action="store_true", help="run the full profile even without a GPU")
     ap.add_argument("--notebooks", default="*", help="glob of notebook names, e.g. '0[01]_*'")
-    ap.add_argument("--source", type=Path, help="folder of the notebooks (default: the repository's)")
+    ap.add_argument(
+        "--source", type=Path, help="folder of the notebooks (default: the repository's)"
+    )
     ap.add_argument("--timeout", type=int, default=1800, help="seconds allowed per cell")
-    ap.add_argument("--save-reference", action="store_true", help="also copy the results to "
-                    "results/reference/<date>_<device>/ (on a GPU: commit it, every report shows it)")
+    ap.add_argument(
+        "--save-reference",
+        action="store_true",
+        help="also copy the results to "
+        "results/reference/<date>_<device>/ (on a GPU: commit it, every report shows it)",
+    )
     return ap.parse_args(argv)
 
 
@@ -177,41 +236,64 @@ def main(argv: list[str] | None = None) -> int:
     if profile == "full" and not _confirm_full(args.yes):
         return 2
     os.environ[profiles.ENV_VAR] = profile  # the kernels inherit it
-    # Inline, whatever the caller set (a shell with MPLBACKEND=Agg would leave the copies without plots).
+    # Inline, whatever the caller set
+    # (a shell with MPLBACKEND=Agg would leave the copies without plots).
     os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
-    os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # keep the profiler's C++ logging out of the progress
+    # keep the profiler's C++ logging out of the progress
+    os.environ.setdefault("KINETO_LOG_LEVEL", "5")
     run = runs.new_run_dir()
-    os.environ["FTG_RESULTS_DIR"] = str(run / "results")  # the kernels record into this run's folder
+    # the kernels record into this run's folder
+    os.environ["FTG_RESULTS_DIR"] = str(run / "results")
     runs.point_latest(run)
     print(f"Running {len(nbs)} notebooks; this run's folder: {run}")
-    log: dict[str, Any] = {"profile": profile, "profile_reason": why, "run": run.name,
-                           "started": time.strftime("%Y-%m-%d %H:%M:%S"), "state": "running", "notebooks": {}}
+    log: dict[str, Any] = {
+        "profile": profile,
+        "profile_reason": why,
+        "run": run.name,
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "state": "running",
+        "notebooks": {},
+    }
     _publish(run, log)  # from now on build/report.* describe this run, never the one before
     processes.become_subreaper()  # ranks orphaned by a dying kernel stay ours to end
     in_main = threading.current_thread() is threading.main_thread()
-    old = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
+    old = (
+        {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        if in_main
+        else {}
+    )
     try:
         _run_all(nbs, run, log, args.timeout)
     finally:
         for s, h in old.items():
             signal.signal(s, h)
         stopped = _stopped_by[0] if _stopped_by else None
-        log.update(state="interrupted" if stopped else "finished", ended=time.strftime("%Y-%m-%d %H:%M:%S"),
-                   not_run=[p.stem for p in nbs if p.stem not in log["notebooks"]],
-                   **({"stopped_by": signal.Signals(stopped).name} if stopped else {}))
+        log.update(
+            state="interrupted" if stopped else "finished",
+            ended=time.strftime("%Y-%m-%d %H:%M:%S"),
+            not_run=[p.stem for p in nbs if p.stem not in log["notebooks"]],
+            **({"stopped_by": signal.Signals(stopped).name} if stopped else {}),
+        )
         html_path = _publish(run, log)
         _stopped_by.clear()
     return _summary(log, html_path, stopped, run if args.save_reference else None)
 
 
-def _summary(log: dict[str, Any], html_path: Path, stopped: int | None, reference_of: Path | None) -> int:
+def _summary(
+    log: dict[str, Any], html_path: Path, stopped: int | None, reference_of: Path | None
+) -> int:
     """Say where the report is and what failed; the exit status of the run."""
-    print(f"\nReport: {html_path}\n        {html_path.with_suffix('.md')}\n"
-          f"        (copied to {paths.build_dir() / 'report.html'})")
+    print(
+        f"\nReport: {html_path}\n        {html_path.with_suffix('.md')}\n"
+        f"        (copied to {paths.build_dir() / 'report.html'})"
+    )
     failed = [n for n, r in log["notebooks"].items() if r["status"] != "ok"]
     if stopped:
-        print(f"Interrupted by {log['stopped_by']}: {len(log['notebooks']) - len(failed)} notebook(s) finished, "
-              f"not run: {', '.join(log['not_run']) or 'none'}")
+        finished = len(log["notebooks"]) - len(failed)
+        print(
+            f"Interrupted by {log['stopped_by']}: {finished} notebook(s) finished, "
+            f"not run: {', '.join(log['not_run']) or 'none'}"
+        )
         return 128 + stopped
     if reference_of is not None and failed:
         print("not saved as a reference run: some notebooks failed", file=sys.stderr)

@@ -22,7 +22,10 @@ def new_run_dir(keep: int = 20) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     for old in sorted(root.glob("*/"))[:-keep]:
         with contextlib.suppress(OSError, ValueError):
-            if json.loads((old / "run.json").read_text()).get("state") in ("finished", "interrupted"):
+            if json.loads((old / "run.json").read_text()).get("state") in (
+                "finished",
+                "interrupted",
+            ):
                 shutil.rmtree(old, ignore_errors=True)
     stamp = time.strftime("%Y-%m-%d_%H%M%S")
     for n in itertools.count():
@@ -50,7 +53,9 @@ def point_latest(run: Path) -> None:
 def reference_run_dir(device_name: str, date: str | None = None) -> Path:
     """`results/reference/<date>_<device>/`: where one machine's committed run goes."""
     if not isinstance(device_name, str) or not device_name.strip():
-        raise ValueError(f"reference_run_dir: device_name must be a non-empty string, got {device_name!r}")
+        raise ValueError(
+            f"reference_run_dir: device_name must be a non-empty string, got {device_name!r}"
+        )
     slug = re.sub(r"[^A-Za-z0-9]+", "-", device_name).strip("-")
     return paths.reference_results_dir() / f"{date or time.strftime('%Y-%m-%d')}_{slug}"
 
@@ -60,7 +65,9 @@ def save_reference(results: Path, target: Path | None = None) -> Path:
     its CPU). Not its plots: the report shows a reference run's figures and verdicts only."""
     files = sorted(Path(results).glob("*.json"))
     if not files:
-        raise FileNotFoundError(f"save_reference: no result files in {results}; run the notebooks first")
+        raise FileNotFoundError(
+            f"save_reference: no result files in {results}; run the notebooks first"
+        )
     if target is None:
         hw = json.loads(files[0].read_text()).get("hardware", {})
         gpus = hw.get("gpus") or []

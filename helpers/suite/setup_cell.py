@@ -5,7 +5,8 @@ alone, at the notebook's version (`[project.urls]` in pyproject.toml, or `FTG_SO
 then `install_missing` adds what the machine lacks, never torch or Jupyter (the service's own,
 built for its GPU). Only the standard library at the top: this runs right after that pip.
 
-    python -m helpers.suite.setup_cell && nbstripout notebooks/*.ipynb   # every notebook (tests check)
+    # every notebook (tests check)
+    python -m helpers.suite.setup_cell && nbstripout notebooks/*.ipynb
 """
 
 from __future__ import annotations
@@ -19,11 +20,16 @@ from pathlib import Path
 
 from .. import paths
 
-TEMPLATE = '''import importlib.util, os, sys  # noqa: E401
-sys.path += [os.path.abspath("..")] if os.path.isfile("../helpers/__init__.py") and not importlib.util.find_spec("helpers") else []  # a clone
-if importlib.util.find_spec("helpers") is None:  # Colab, Kaggle, a Jupyter without the suite: install its helpers, never torch
-    %pip install -q --no-deps {{os.environ.get("FTG_SOURCE") or "git+{repository}@v{version}"}}
-    import helpers.suite.setup_cell as s; s.install_missing()  # what they need and this machine lacks'''
+TEMPLATE = """import importlib.util, os, sys  # noqa: E401
+
+if os.path.isfile("../helpers/__init__.py") and not importlib.util.find_spec("helpers"):
+    sys.path.append(os.path.abspath(".."))  # a clone: its helpers are one folder up
+if importlib.util.find_spec("helpers") is None:  # Colab, Kaggle: install the helpers, never torch
+    src = os.environ.get("FTG_SOURCE") or "git+{repository}@v{version}"
+    %pip install -q --no-deps {{src}}
+    from helpers.suite.setup_cell import install_missing
+
+    install_missing()  # what this machine lacks, never torch or Jupyter"""
 
 
 def install_missing(dist: str = "feed-the-gpu") -> list[str]:
@@ -36,10 +42,14 @@ def install_missing(dist: str = "feed-the-gpu") -> list[str]:
         except md.PackageNotFoundError:
             missing.append(req.split(";")[0].strip())
     if missing:
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                        *missing], check=True)
-    print(f"Installed the suite's helpers ({dist} {md.version(dist)})"
-          + (f" and {', '.join(missing)}" if missing else ""))
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", *missing],
+            check=True,
+        )
+    print(
+        f"Installed the suite's helpers ({dist} {md.version(dist)})"
+        + (f" and {', '.join(missing)}" if missing else "")
+    )
     return missing
 
 
@@ -56,15 +66,22 @@ def badges(notebook: str) -> str:
     """Markdown: open `notebook` (a file name in notebooks/) in Colab or Kaggle."""
     if not isinstance(notebook, str) or not notebook.endswith(".ipynb"):
         raise ValueError(f"badges: notebook must be a .ipynb file name, got {notebook!r}")
-    path = project()["urls"]["Repository"].removeprefix("https://") + f"/blob/main/notebooks/{notebook}"
-    return (f"[![Open in Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
-            f"(https://colab.research.google.com/{path.replace('github.com', 'github', 1)}) "
-            f"[![Open in Kaggle](https://kaggle.com/static/images/open-in-kaggle.svg)]"
-            f"(https://kaggle.com/kernels/welcome?src=https://{path})")
+    path = (
+        project()["urls"]["Repository"].removeprefix("https://")
+        + f"/blob/main/notebooks/{notebook}"
+    )
+    return (
+        f"[![Open in Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
+        f"(https://colab.research.google.com/{path.replace('github.com', 'github', 1)}) "
+        f"[![Open in Kaggle](https://kaggle.com/static/images/open-in-kaggle.svg)]"
+        f"(https://kaggle.com/kernels/welcome?src=https://{path})"
+    )
 
 
 def _is_setup(cell: dict) -> bool:
-    return cell.cell_type == "code" and any(m in cell.source for m in ('find_spec("helpers")', "# Setup for Colab"))
+    return cell.cell_type == "code" and any(
+        m in cell.source for m in ('find_spec("helpers")', "# Setup for Colab")
+    )
 
 
 def apply(nb_path: Path) -> bool:
@@ -77,7 +94,9 @@ def apply(nb_path: Path) -> bool:
     nb.cells = [c for c in nb.cells if not _is_setup(c)]
     title = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown")
     lines = [ln for ln in nb.cells[title].source.splitlines() if "Open in Colab" not in ln]
-    nb.cells[title].source = "\n".join([lines[0], "\n" + badges(nb_path.name), *lines[1:]]).replace("\n\n\n", "\n\n")
+    nb.cells[title].source = "\n".join([lines[0], "\n" + badges(nb_path.name), *lines[1:]]).replace(
+        "\n\n\n", "\n\n"
+    )
     cell.source = source()
     nb.cells.insert(title + 1, cell)
     if changed := nbformat.writes(nb) != before:
