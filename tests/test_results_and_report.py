@@ -142,3 +142,23 @@ def test_report_shows_reference_runs(tmp_path):
     md = report.render(rep, tmp_path)
     assert "99,999 samples/s (h100-2026)" in md
     assert "50x on GPU" in md and "reference (h100-2026)" in md
+
+
+def test_report_is_written_without_nbconvert(tmp_path, monkeypatch):
+    """A GPU node given only the runner's wheels has no nbconvert: the report must still come."""
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_nbconvert(name, *args, **kwargs):
+        if name == "nbconvert":
+            raise ImportError("No module named 'nbconvert'")
+        return real_import(name, *args, **kwargs)
+
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "notebooks" / "01_x.ipynb").write_text("{}")
+    monkeypatch.setattr(builtins, "__import__", no_nbconvert)
+    with pytest.warns(UserWarning, match="nbconvert is not installed"):
+        html = report.write(tmp_path)
+    assert html.is_file() and (tmp_path / "report.md").is_file()
+    assert not (tmp_path / "notebooks" / "01_x.html").exists()

@@ -282,8 +282,18 @@ def render(rep: dict[str, Any], *where: Path | None, fmt: str = "md") -> str:
 
 
 def render_notebooks(notebooks_dir: Path) -> None:
-    """Each executed notebook as a static HTML page next to it (nbconvert's lab template)."""
-    from nbconvert import HTMLExporter
+    """Each executed notebook as a static HTML page next to it (nbconvert's lab template).
+
+    Without nbconvert (a GPU node given only the runner's wheels) the report is still written:
+    the notebooks stay unrendered, and the run's results are not lost to an ImportError."""
+    try:
+        from nbconvert import HTMLExporter
+    except ImportError:
+        warnings.warn(  # once per process: the report is rewritten after every notebook
+            "report: nbconvert is not installed: the executed notebooks are not rendered to HTML",
+            stacklevel=2,
+        )
+        return
 
     if not Path(notebooks_dir).is_dir():
         raise FileNotFoundError(
