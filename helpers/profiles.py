@@ -1,29 +1,42 @@
-"""Run profiles: `smoke` (seconds per notebook on a 2-core CPU) and `full` (real sizes, for a GPU).
+"""Run profiles: how big a run is.
+
+- `smoke`: seconds per notebook on a 2-core CPU (tests, CI, a laptop without a GPU).
+- `gpu`: the default on an accelerator (CUDA, an Apple GPU through MPS, XPU; Colab's or Kaggle's
+  free T4 counts). Its sizes are bounded: a notebook gives a `gpu=` size where the lesson needs
+  more work than the smoke size, and the step counts of its timed comparisons come from
+  `Profile.steps`, which times a few steps of the baseline on the device in hand and picks the
+  count that fills a stated number of seconds. So no GPU, slow or fast, stretches a notebook
+  past its budget (`notebooks/catalog.toml`).
+- `full`: the paper sizes (50,000 images, epochs of the whole data set); opt-in, long.
 
 A notebook's parameters cell picks each size from the active profile::
 
     P = profiles.active()
-    STEPS = P.pick(smoke=5, full=500, what="training steps")
-    P.describe()   # says what the smoke profile shrank
+    WIDTH = P.pick(smoke=8, gpu=64, full=64, what="model width")
+    STEPS = P.steps(lambda: train_step(), seconds=10, smoke=5, full=500, what="timed steps")
+    P.describe()   # says what this profile changed, and how the step counts were sized
 
-The profile comes from `FTG_PROFILE`; `auto` (the default) picks `full` when a GPU is present
-(CUDA, an Apple GPU through MPS, or XPU; Colab's or Kaggle's free T4 counts), else `smoke`.
+The profile comes from `FTG_PROFILE`; `auto` (the default) picks `gpu` when an accelerator is
+present, else `smoke`.
 """
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from .checks import check_choice
 
-PROFILES = ("smoke", "full")
+PROFILES = ("smoke", "gpu", "full")
 ENV_VAR = "FTG_PROFILE"
+_SMOKE_SIZE = object()  # `pick(gpu=...)` not given: the gpu profile keeps the smoke size
 
 
 def choose(name: str | None = None, given: str = "asked for") -> tuple[str, str]:
-    """`name` (else `$FTG_PROFILE`, else `auto`) as `smoke` or `full`, and why (`given`: what
+    """`name` (else `$FTG_PROFILE`, else `auto`) as one of PROFILES, and why (`given`: what
     to say of a `name` passed in)."""
     reason = given
     if name is None:
@@ -40,20 +53,20 @@ def choose(name: str | None = None, given: str = "asked for") -> tuple[str, str]
     if name == "auto":
         from helpers import devices
 
-        name, reason = (
-            ("full", f"{reason}, auto: a GPU is present")
-            if devices.accelerator()
-            else ("smoke", f"{reason}, auto: no GPU here")
-        )
+        if devices.accelerator():
+            name, reason = "gpu", f"{reason}, auto: a GPU is present (sizes bounded by time)"
+        else:
+            name, reason = "smoke", f"{reason}, auto: no GPU here"
     return name, reason
 
 
 @dataclass
 class Profile:
-    """The active profile, and a log of what it shrank so notebooks can say so."""
+    """The active profile, and a log of what it changed so notebooks can say so."""
 
     name: str
     shrunk: list[str] = field(default_factory=list)
+    sized: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.name not in PROFILES:
@@ -66,19 +79,74 @@ class Profile:
     def is_smoke(self) -> bool:
         return self.name == "smoke"
 
-    def pick(self, *, smoke: Any, full: Any, what: str | None = None) -> Any:
-        """This profile's value; in the smoke profile, remember that `what` was shrunk."""
-        if self.is_smoke and what and smoke != full:
-            self.shrunk.append(f"{what}: {smoke} (full profile: {full})")
-        return smoke if self.is_smoke else full
+    def pick(
+        self, *, smoke: Any, full: Any, gpu: Any = _SMOKE_SIZE, what: str | None = None
+    ) -> Any:
+        """This profile's value (the gpu profile: `gpu`, else the smoke size); remember what a
+        size smaller than the full one was, so `describe` can say so."""
+        if self.name == "full":
+            return full
+        value = smoke if self.is_smoke or gpu is _SMOKE_SIZE else gpu
+        if what and value != full:
+            self.shrunk.append(f"{what}: {value} (full profile: {full})")
+        return value
+
+    def steps(
+        self,
+        step: Callable[[], object],
+        *,
+        seconds: float,
+        smoke: int,
+        full: int,
+        what: str,
+        step_seconds: float | None = None,
+    ) -> int:
+        """How many steps of `step` the timed part runs: `smoke` or `full` in those profiles; in
+        the gpu profile as many as fill `seconds` on this device, between `smoke` and `full`.
+
+        The count is fixed from the baseline's step time before anything is timed, and the
+        technique then runs the same count: equal work stays the rule. `step_seconds` states the
+        step time instead of measuring it (tests, or a figure the notebook already measured)."""
+        if not (isinstance(seconds, (int, float)) and seconds > 0):
+            raise ValueError(f"Profile.steps: seconds must be a positive number, got {seconds!r}")
+        if not (isinstance(smoke, int) and isinstance(full, int) and 1 <= smoke <= full):
+            raise ValueError(
+                f"Profile.steps: smoke and full must be whole numbers with 1 <= smoke <= full, "
+                f"got smoke={smoke!r}, full={full!r}"
+            )
+        if self.name != "gpu":
+            return self.pick(smoke=smoke, full=full, what=what)
+        if step_seconds is None:
+            from helpers import timing  # imports torch: only when a notebook sizes a step
+
+            step_seconds = timing.benchmark(step, repeats=3, warmup=1, label=what).median
+        if not (isinstance(step_seconds, (int, float)) and step_seconds > 0):
+            raise ValueError(
+                f"Profile.steps: step_seconds must be a positive number, got {step_seconds!r}"
+            )
+        count = min(full, max(smoke, math.floor(seconds / step_seconds)))
+        self.sized.append(
+            f"{what}: {count} (one step took {step_seconds * 1e3:.3g} ms here, so about "
+            f"{count * step_seconds:.3g} s of the {seconds:g} s asked for; bounds {smoke}..{full})"
+        )
+        return count
 
     def describe(self) -> str:
-        """Print (and return) which profile runs, and what it changed."""
+        """Print (and return) which profile runs, what it changed and how it sized the steps."""
         lines = [f"Profile: {self.name}"]
         if self.is_smoke:
             lines.append("  smoke profile: sizes shrunk so the notebook runs in seconds on a CPU.")
-            lines += [f"  - {s}" for s in self.shrunk]
-            lines.append("  Run with FTG_PROFILE=full (make run PROFILE=full) for the real sizes.")
+        elif self.name == "gpu":
+            lines.append(
+                "  gpu profile: sizes bounded so the notebook ends within its budget on any GPU;"
+                " step counts sized by time on this device."
+            )
+        lines += [f"  - {s}" for s in self.shrunk + self.sized]
+        if self.name != "full":
+            lines.append(
+                "  FTG_PROFILE=full (make run PROFILE=full) runs the paper sizes: long (hours on"
+                " a small GPU)."
+            )
         print("\n".join(lines))
         return "\n".join(lines)
 

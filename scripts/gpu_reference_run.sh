@@ -4,6 +4,7 @@
 # of 10 minutes. Run it THERE, in a copy of this repository with .whl/ beside the scripts
 # (fetch the wheels on a machine with internet first: bash scripts/gpu_wheels.sh).
 #
+#     bash scripts/gpu_reference_run.sh --out DIR all                 # the one-call GPU check
 #     bash scripts/gpu_reference_run.sh --out DIR check               # preflight only (~30 s)
 #     bash scripts/gpu_reference_run.sh --out DIR bench [ARGS]        # python3 -m benchmarks.capstone ARGS
 #     bash scripts/gpu_reference_run.sh --out DIR notebooks '0[0-4]_*'   # suite, full profile, --save-reference
@@ -12,7 +13,16 @@
 #     --out DIR            folder for everything to bring back (required; created if missing)
 #     --step-seconds N     time limit of the step (default 510: with ~30 s of install and
 #                          preflight, up to 20 s to stop a step and a few to pack, a call ends
-#                          within a 10-minute limit; raise it where commands may run longer)
+#                          within a 10-minute limit; raise it where commands may run longer;
+#                          `all` defaults to 300, so its call ends within 6 minutes)
+#
+# `all` is the one-call check of a GPU: the preflight, then every notebook in the default `gpu`
+# profile (FTG_STREAMS notebooks at a time, default 3 on 8 or more cores, else 1; each notebook
+# runs alone in its own suite call, so one that fails or hangs costs only itself), the capstone
+# benchmark's table taken from notebook 18's run, all packed as it goes into at most 8 files:
+#     all-<time>.log, seconds-<time>.json (each notebook's status, seconds, stream and device),
+#     report-<time>.md, bench_capstone-<time>.md, failed-<time>.tar.gz (executed copies of the
+#     failures), reference-<time>.tar.gz (the passing notebooks' results for results/reference/)
 #
 # Every subcommand installs .whl/*.whl into a private folder, checks that the kernel starts and
 # sees the GPU, runs its step under the time limit, and leaves in DIR:
@@ -22,21 +32,26 @@
 #     report-<sub>-<time>.md, run-<sub>-<time>.json   the suite's report and per-notebook times
 #     failed-<sub>-<time>.tar.gz       executed copies of notebooks that failed, if any
 # Settings (environment): FTG_PYTHON (default python3), FTG_SITE (where the wheels are installed,
-# default /tmp/ftg-site), FTG_ALLOW_NO_GPU=1 (run without a GPU: only for this script's own
+# default a new private folder from `mktemp -d`), FTG_STREAMS (`all`), FTG_ALLOW_NO_GPU=1 (run
+# without a GPU: only for this script's own
 # tests, tests/test_gpu_scripts.py; a reference run needs the GPU).
 # DEVELOPERS.md, "Reference runs on an offline GPU node", has the whole procedure.
 set -euo pipefail
 
 PROG=gpu_reference_run.sh
 PY=${FTG_PYTHON:-python3}
-SITE=${FTG_SITE:-/tmp/ftg-site}
+SITE=${FTG_SITE:-}  # empty: a private folder made by mktemp -d once the arguments are read
 DEFAULT_STEP_SECONDS=510
+ALL_STEP_SECONDS=300
 
 usage() {
     cat <<'EOF'
-usage: bash scripts/gpu_reference_run.sh --out DIR [--step-seconds N] check | bench [ARGS] | notebooks GLOB
+usage: bash scripts/gpu_reference_run.sh --out DIR [--step-seconds N] all | check | bench [ARGS] | notebooks GLOB
   --out DIR          folder for the log and the packed results (required)
-  --step-seconds N   time limit of the step (default 510: a call then ends within 10 minutes)
+  --step-seconds N   time limit of the step (default 510, `all` 300: a call then ends within 10
+                     minutes, `all` within 6)
+  all                the one-call check: preflight, every notebook in the gpu profile
+                     (FTG_STREAMS at a time), the capstone's table, packed into at most 8 files
   check              install the wheels in .whl/, start a kernel, show the GPU; nothing else
   bench [ARGS]       the capstone benchmark (python3 -m benchmarks.capstone ARGS), e.g.
                      bench --accuracy-epochs 3 if the defaults overrun the limit
@@ -48,7 +63,7 @@ EOF
 die() { echo "$PROG: ERROR: $*" >&2; exit 2; }
 
 OUT_DIR=""
-STEP_SECONDS=$DEFAULT_STEP_SECONDS
+STEP_SECONDS=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --out) [ $# -ge 2 ] || die "--out needs a folder"; OUT_DIR=$2; shift 2 ;;
@@ -63,13 +78,17 @@ done
 
 SUB=${1:-}
 case "$SUB" in
+    all) [ $# -eq 1 ] || die "'all' takes no arguments (FTG_STREAMS sets how many at a time)" ;;
     check) [ $# -eq 1 ] || die "'check' takes no arguments" ;;
     bench) ;;  # any further arguments go to benchmarks.capstone (--help lists them)
     notebooks) [ $# -eq 2 ] && [ -n "$2" ] \
         || die "'notebooks' takes one glob of notebook names, e.g. notebooks '0[0-4]_*'" ;;
-    "") usage >&2; die "name a subcommand: check, bench or notebooks GLOB" ;;
-    *) usage >&2; die "unknown subcommand '$SUB': use check, bench or notebooks GLOB" ;;
+    "") usage >&2; die "name a subcommand: all, check, bench or notebooks GLOB" ;;
+    *) usage >&2; die "unknown subcommand '$SUB': use all, check, bench or notebooks GLOB" ;;
 esac
+if [ -z "$STEP_SECONDS" ]; then
+    if [ "$SUB" = all ]; then STEP_SECONDS=$ALL_STEP_SECONDS; else STEP_SECONDS=$DEFAULT_STEP_SECONDS; fi
+fi
 GLOB=${2:-}
 BENCH_ARGS=("${@:2}")
 [[ $STEP_SECONDS =~ ^[1-9][0-9]*$ ]] || die "--step-seconds must be a whole number of seconds, got '$STEP_SECONDS'"
@@ -87,6 +106,7 @@ compgen -G ".whl/*.whl" >/dev/null || die ".whl/ holds no wheels in $ROOT. Run \
 'bash scripts/gpu_wheels.sh' on a machine with internet, then copy .whl/ here with the repository."
 command -v "$PY" >/dev/null || die "no $PY on this machine (FTG_PYTHON names another)"
 
+[ -n "$SITE" ] || SITE=$(mktemp -d "${TMPDIR:-/tmp}/ftg-site.XXXXXX")  # ours alone: no fixed path
 TAG="$SUB-$(date -u +%H%M%S)"
 LOG="$OUT/$TAG.log"
 exec > >(tee -a "$LOG") 2>&1
@@ -264,8 +284,102 @@ print(" ".join(f"{n}.ipynb" for n, r in d.items() if r["status"] != "ok"))' "$BU
     fi
 }
 
+# `all`: every notebook in the gpu profile, FTG_STREAMS at a time, each in its own suite call (one
+# that fails or hangs costs only itself), until the step limit; packed after each notebook.
+run_all() {
+    local deadline=$(( $(date +%s) + STEP_SECONDS )) streams=${FTG_STREAMS:-}
+    if [ -z "$streams" ]; then
+        if [ "$(nproc)" -ge 8 ]; then streams=3; else streams=1; fi
+    fi
+    [[ $streams =~ ^[1-9][0-9]*$ ]] || die "FTG_STREAMS must be a whole number >= 1, got '$streams'"
+    mapfile -t names < <(cd notebooks && ls [0-9][0-9]_*.ipynb | sed 's/\.ipynb$//')
+    echo "== all: ${#names[@]} notebooks, $streams at a time, gpu profile, until $(date -d "@$deadline" +%T)"
+    local i pids=()
+    for (( i = 0; i < streams; i++ )); do
+        (
+            local j left
+            for (( j = i; j < ${#names[@]}; j += streams )); do
+                left=$(( deadline - $(date +%s) ))
+                if [ "$left" -lt 15 ]; then echo "== ${names[j]}: not started, the limit is near"; continue; fi
+                FTG_STREAM=$i timeout --signal=TERM --kill-after=10 "$left" "$PY" -m helpers.suite \
+                    --profile gpu --notebooks "${names[j]}" --timeout "$left" > "$OUT/.stream-$i.out" 2>&1
+                # the runner's line for it ("NAME: ok in 12 s"), after the progress bar's last \r
+                tr '\r' '\n' < "$OUT/.stream-$i.out" | grep -aE "^ *${names[j]}: (ok|failed|interrupted) in" || true
+                FTG_STREAMS_USED=$streams pack_all
+            done
+        ) &
+        pids+=($!)
+    done
+    wait "${pids[@]}" || true  # not a bare `wait`: it would wait for the log's tee as well
+    rm -f "$OUT"/.stream-*.out
+    FTG_STREAMS_USED=$streams pack_all
+}
+
+# What `all` brings back, rewritten after each notebook so a stopped call still returns it.
+pack_all() {
+    FTG_OUT="$OUT" FTG_TAG="$TAG" FTG_STAMP="$STAMP" "$PY" - <<'PYEOF' || echo "== packing failed"
+import json, os, shutil, tarfile, tempfile, time
+from pathlib import Path
+
+from helpers import paths
+from helpers.suite import report
+
+out, tag = Path(os.environ["FTG_OUT"]), os.environ["FTG_TAG"]
+since = Path(os.environ["FTG_STAMP"]).stat().st_mtime
+root = paths.build_dir() / "runs"
+combined = root / f"all-{tag}"  # this call's notebooks as one run, for one report
+done = {}
+for log_path in sorted(root.glob("*/run.json")):
+    if log_path.parent == combined or log_path.stat().st_mtime < since:
+        continue  # a warm machine keeps the runs of a call before
+    log = json.loads(log_path.read_text())
+    for name, res in log.get("notebooks", {}).items():
+        done[name] = {**res, "run": log_path.parent.name}
+for sub in ("results", "notebooks"):
+    (combined / sub).mkdir(parents=True, exist_ok=True)
+for name, res in done.items():
+    for sub, suffix in (("results", ".json"), ("notebooks", ".ipynb")):
+        src = root / res["run"] / sub / f"{name}{suffix}"
+        if src.is_file():
+            shutil.copy2(src, combined / sub / src.name)
+gpu = os.popen("nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null").read().strip()
+summary = {
+    "device": gpu.splitlines()[0] if gpu else "no GPU (FTG_ALLOW_NO_GPU=1)",
+    "profile": "gpu",
+    "streams": int(os.environ.get("FTG_STREAMS_USED", "1")),
+    "notebooks": done,
+    "total_seconds": round(sum(r["seconds"] for r in done.values()), 1),
+}
+log = {"profile": "gpu", "run": combined.name, "state": "finished", "notebooks": done,
+       "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since))}
+(combined / "run.json").write_text(json.dumps(log, indent=1))
+report.write(combined)
+(out / f"report-{tag}.md").write_bytes((combined / "report.md").read_bytes())
+(out / f"seconds-{tag}.json").write_text(json.dumps(summary, indent=1))
+failed = [n for n, r in done.items() if r["status"] != "ok"]
+ok = [n for n, r in done.items() if r["status"] == "ok"]
+for kind, names, member in (("failed", failed, "notebooks/{}.ipynb"), ("reference", ok, "results/{}.json")):
+    paths_in = [combined / member.format(n) for n in names if (combined / member.format(n)).is_file()]
+    if not paths_in:
+        continue
+    with tempfile.NamedTemporaryFile(dir=out, prefix=".", suffix=".tar.gz", delete=False) as f:
+        with tarfile.open(f.name, "w:gz") as tar:
+            for path in paths_in:
+                tar.add(path, arcname=path.name)
+    os.chmod(f.name, 0o644)
+    Path(f.name).replace(out / f"{kind}-{tag}.tar.gz")
+capstone = [combined / "results" / f"{n}.json" for n in ok if n.startswith("18_")]
+if capstone and capstone[0].is_file():
+    from benchmarks.capstone import bench_rows, table
+
+    rows = bench_rows(json.loads(capstone[0].read_text()))
+    (out / f"bench_capstone-{tag}.md").write_text(table(rows) + "\n")
+PYEOF
+}
+
 rc=0
 case "$SUB" in
+    all) run_all ;;
     check) ;;  # the preflight was all
     bench)
         step "$PY" -m benchmarks.capstone "${BENCH_ARGS[@]}" || rc=$?
@@ -281,7 +395,16 @@ esac
 
 echo
 echo "== files in $OUT: $(cd "$OUT" && ls | tr '\n' ' ')"
-if [ -f "$OUT/reference-$TAG.tar.gz" ]; then
+if [ "$SUB" = all ]; then
+    cat <<EOF
+== NEXT, on the development machine, in the repository root: seconds-$TAG.json holds each
+   notebook's seconds (catalog.toml's measured figures come from it once it is committed):
+   mkdir -p results/reference/<date>_<gpu>/gpu
+   cp <this output folder>/seconds-$TAG.json results/reference/<date>_<gpu>/gpu/seconds.json
+   tar -xzf <this output folder>/reference-$TAG.tar.gz -C results/reference/<date>_<gpu>/gpu
+   failed-$TAG.tar.gz holds the executed copies of the notebooks that failed.
+EOF
+elif [ -f "$OUT/reference-$TAG.tar.gz" ]; then
     added=$(tar -tzf "$OUT/reference-$TAG.tar.gz" | xargs -n1 dirname | sort -u | tr '\n' ' ')
     cat <<EOF
 == NEXT, on the development machine, in the repository root:

@@ -54,3 +54,37 @@ def test_the_readme_table_of_notebooks_is_the_catalog():
         assert claims == (", ".join(e["claims"]) or "—"), (
             f"README.md lists claims {claims} for {file}"
         )
+
+
+REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"
+GPU_BUDGETS = ("budget_seconds_t4", "budget_seconds_h100")
+
+
+@pytest.mark.parametrize("name", sorted(CATALOG))
+def test_every_notebook_has_a_gpu_budget_within_three_minutes(name):
+    e = CATALOG[name]
+    assert all(isinstance(e.get(k), int) and 0 < e[k] <= 180 for k in GPU_BUDGETS), e
+    assert e["budget_seconds_h100"] <= e["budget_seconds_t4"], "an H100 is not slower than a T4"
+
+
+def test_the_suite_fits_twenty_minutes_on_a_t4():
+    assert sum(e["budget_seconds_t4"] for e in CATALOG.values()) <= 20 * 60
+
+
+def test_the_two_gpu_notebooks_have_a_budget_for_two_t4s():
+    two_gpu = [n for n, e in CATALOG.items() if n[:2] in ("13", "14", "15", "16")]
+    assert len(two_gpu) == 4
+    assert all(0 < CATALOG[n].get("budget_seconds_2xt4", 0) <= 180 for n in two_gpu)
+
+
+def test_measured_seconds_come_from_committed_runs():
+    """A measured figure names its run; that run's committed seconds.json must hold it."""
+    measured = [(n, m) for n, e in CATALOG.items() for m in e.get("measured", [])]
+    for name, m in measured:
+        path = REFERENCE / m["run"] / m["profile"] / "seconds.json"
+        assert path.is_file(), f"{name}: {m['run']} has no committed {m['profile']}/seconds.json"
+        runs = json.loads(path.read_text())["notebooks"][name.removesuffix(".ipynb")]["runs"]
+        assert m["seconds"] in [r["seconds"] for r in runs if r["status"] == "ok"], (name, m)
+        if m["profile"] == "gpu":  # the default GPU run keeps to its budget
+            budget = "budget_seconds_h100" if "H100" in m["run"] else "budget_seconds_t4"
+            assert m["seconds"] <= CATALOG[name][budget], (name, m)

@@ -119,7 +119,7 @@ def test_hardware_summary_names_the_apple_chip_and_unified_memory(mps):
 
 
 def test_auto_profile_follows_the_device(monkeypatch, mps):
-    assert profiles.active("auto").name == "full"
+    assert profiles.active("auto").name == "gpu"
     fake_accelerator(monkeypatch, None)
     assert profiles.active("auto").name == "smoke"
 

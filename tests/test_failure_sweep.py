@@ -1581,7 +1581,7 @@ def test_the_run_honours_ftg_profile_and_says_why(monkeypatch):
     assert runner.choose_profile("full")[0] == "full"
     monkeypatch.delenv("FTG_PROFILE")
     name, why = runner.choose_profile(None)
-    assert name == ("smoke" if NO_GPU else "full") and why.startswith("the default, auto: ")
+    assert name == ("smoke" if NO_GPU else "gpu") and why.startswith("the default, auto: ")
 
 
 @pytest.mark.timeout(60)

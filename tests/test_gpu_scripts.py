@@ -360,3 +360,34 @@ def test_reference_run_docs_and_scripts_name_no_particular_machine():
         if _PARTICULAR.search(line)
     ]
     assert not hits, "\n".join(hits)
+
+
+@pytest.mark.learner  # three kernels and the preflight: about 30 s, so with the learner passes
+def test_all_runs_every_notebook_in_the_gpu_profile_and_packs_at_most_eight_files(tmp_path):
+    """The one-call check, in its no-GPU mode: every notebook once (two streams), the failure's
+    executed copy, the passing notebooks' results, a report and each notebook's seconds."""
+    repo = _repo_with_tiny_notebooks(tmp_path)
+    shutil.copytree(
+        ROOT / "benchmarks", repo / "benchmarks", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    env = _clean_env(
+        FTG_PYTHON=sys.executable, FTG_ALLOW_NO_GPU="1", FTG_STREAMS="2", TMPDIR=str(tmp_path)
+    )
+    out = tmp_path / "out"
+    r = _run_script(["--out", str(out), "all"], repo, env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "preflight ok" in r.stdout and "2 at a time" in r.stdout
+    files = sorted(p.name.split("-")[0] for p in out.iterdir())
+    assert files == ["all", "failed", "reference", "report", "seconds"], files
+    seconds = json.loads(next(out.glob("seconds-*.json")).read_text())
+    assert seconds["profile"] == "gpu"
+    statuses = {n: s["status"] for n, s in seconds["notebooks"].items()}
+    assert statuses == {"96_second": "ok", "97_ok": "ok", "98_bad": "failed"}
+    with tarfile.open(next(out.glob("failed-*.tar.gz"))) as t:
+        assert t.getnames() == ["98_bad.ipynb"]
+    with tarfile.open(next(out.glob("reference-*.tar.gz"))) as t:
+        assert sorted(t.getnames()) == ["96_second.json", "97_ok.json"]
+    assert "97_ok" in next(out.glob("report-*.md")).read_text()
+    # the wheels went into a private folder of its own, never a fixed path another user could own
+    (private,) = tmp_path.glob("ftg-site.*")
+    assert (private / "ftg_tiny").is_dir()

@@ -31,22 +31,21 @@ def test_table_rows_are_the_catalog_in_order():
     assert files == [e["file"] for e in ENTRIES]
 
 
-def test_times_are_measured_or_say_so():
-    table = catalog.runtime_table(
-        [
-            {
-                "file": "99_x.ipynb",
-                "title": "t",
-                "needs": "cpu",
-                "smoke_seconds": 30,
-                "budget_seconds": 60,
-                "full_seconds_gpu": 0,
-                "full_seconds_cpu": 600,
-            }
-        ]
-    )
-    row = table.splitlines()[-1]
-    assert "| 30 s (budget 60 s) | 10.0 min | not measured yet | not measured yet |" in row
+def test_budgets_are_labelled_and_times_are_measured_or_say_so():
+    entry = {
+        "file": "99_x.ipynb",
+        "title": "t",
+        "needs": "cpu",
+        "smoke_seconds": 30,
+        "budget_seconds": 60,
+        "budget_seconds_t4": 90,
+        "budget_seconds_h100": 45,
+    }
+    row = catalog.runtime_table([entry]).splitlines()[-1]
+    assert "| 30 s (budget 60 s) | 90 s / 45 s | not measured yet |" in row
+    entry["measured"] = [{"run": "2026-11-27_NVIDIA-H100", "profile": "gpu", "seconds": 200}]
+    row = catalog.runtime_table([entry]).splitlines()[-1]
+    assert "| 3.3 min (gpu profile, NVIDIA-H100, 2026-11-27) |" in row
 
 
 def test_guide_tells_how_to_reset():

@@ -15,7 +15,7 @@ def test_env_var_and_default(monkeypatch):
 def test_unknown_profile_lists_valid_ones():
     with pytest.raises(
         ValueError,
-        match="profile \\(or \\$FTG_PROFILE\\) must be one of 'smoke', 'full', 'auto', got",
+        match="profile \\(or \\$FTG_PROFILE\\) must be one of 'smoke', 'gpu', 'full', 'auto', got",
     ):
         profiles.active("fast")
     with pytest.raises(TypeError, match="profile must be a string"):

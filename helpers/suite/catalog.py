@@ -1,6 +1,7 @@
-"""The notebook catalog (`notebooks/catalog.toml`) as data: budgets, which notebooks test which
-claim, and the run-time table of `notebooks/README.md` (`templates/runtime_table.md`; a time not
-measured yet says so, never a guess).
+"""The notebook catalog (`notebooks/catalog.toml`) as data: budgets (CPU smoke, and the gpu
+profile's on a T4 and an H100), which notebooks test which claim, and the run-time table of
+`notebooks/README.md` (`templates/runtime_table.md`; a budget is labelled a budget, a measured
+time names its committed run, a time not measured yet says so, never a guess).
 
     python -m helpers.suite.catalog          # rewrite the table in notebooks/README.md
 """
@@ -75,6 +76,18 @@ def _seconds(value: object) -> str:
     return f"{value:.0f} s" if value < 120 else f"{value / 60:.1f} min"
 
 
+def _measured(entry: dict[str, Any]) -> str:
+    """The seconds measured on a GPU, each with its run (device and date) and profile."""
+    runs = entry.get("measured", [])
+    if not runs:
+        return "not measured yet"
+    return "; ".join(
+        f"{_seconds(m['seconds'])} ({m['profile']} profile, {m['run'].split('_', 1)[1]}, "
+        f"{m['run'].split('_', 1)[0]})"
+        for m in runs
+    )
+
+
 def runtime_table(entries: list[dict[str, Any]]) -> str:
     """A Markdown table: notebook, what it shows, hardware, measured times, claims."""
     _check_entries("runtime_table", entries)
@@ -83,7 +96,7 @@ def runtime_table(entries: list[dict[str, Any]]) -> str:
     )
     return (
         table.get_template("runtime_table.md")
-        .render(entries=entries, seconds=_seconds)
+        .render(entries=entries, seconds=_seconds, measured=_measured)
         .rstrip("\n")
     )
 
