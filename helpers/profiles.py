@@ -129,6 +129,7 @@ class Profile:
             f"{what}: {count} (one step took {step_seconds * 1e3:.3g} ms here, so about "
             f"{count * step_seconds:.3g} s of the {seconds:g} s asked for; bounds {smoke}..{full})"
         )
+        print(f"sized on this device: {self.sized[-1]}")  # before the long cell it sizes
         return count
 
     def describe(self) -> str:
