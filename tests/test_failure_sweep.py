@@ -607,11 +607,14 @@ CASES = [
     case(
         profiles.active,
         ValueError,
-        r"profile \(or \$FTG_PROFILE\) must be one of 'smoke', 'full', 'auto', got 'fast'",
+        r"profile \(or \$FTG_PROFILE\) must be one of 'smoke', 'gpu', 'full', 'auto', got 'fast'",
         "fast",
     ),
     case(
-        profiles.active, TypeError, r"profile must be a string, one of smoke, full, auto; got 5", 5
+        profiles.active,
+        TypeError,
+        r"profile must be a string, one of smoke, gpu, full, auto; got 5",
+        5,
     ),
     case(
         profiles.choose,
@@ -622,11 +625,15 @@ CASES = [
     case(
         profiles.active,
         ValueError,
-        r"profile \(or \$FTG_PROFILE\) must be one of 'smoke', 'full', 'auto', got 'tiny'",
+        r"profile \(or \$FTG_PROFILE\) must be one of 'smoke', 'gpu', 'full', 'auto', got 'tiny'",
         "tiny",
     ),
-    case(profiles.Profile, ValueError, r"name must be one of smoke, full .* got 'fast'", "fast"),
-    case(profiles.Profile, ValueError, r"name must be one of smoke, full .* got 'auto'", "auto"),
+    case(
+        profiles.Profile, ValueError, r"name must be one of smoke, gpu, full .* got 'fast'", "fast"
+    ),
+    case(
+        profiles.Profile, ValueError, r"name must be one of smoke, gpu, full .* got 'auto'", "auto"
+    ),
     # --- results ---------------------------------------------------------------------------
     case(
         results.Recorder,
@@ -639,7 +646,8 @@ CASES = [
     case(
         results.Recorder,
         TypeError,
-        r"profile must be a Profile, a profile name such as 'smoke' or 'full', or None; got 5",
+        r"profile must be a Profile, a profile name such as 'smoke' or 'gpu' or 'full', or None; "
+        r"got 5",
         "x",
         profile=5,
     ),
@@ -781,13 +789,13 @@ CASES = [
     case(
         runner.main,
         ValueError,
-        r"profile \(or \$FTG_PROFILE\) must be one of 'smoke', 'full', 'auto', got 'fast'",
+        r"profile \(or \$FTG_PROFILE\) must be one of 'smoke', 'gpu', 'full', 'auto', got 'fast'",
         ["--profile", "fast"],
     ),
     case(
         runner.choose_profile,
         ValueError,
-        r"profile \(or \$FTG_PROFILE\) must be one of 'smoke', 'full', 'auto', got 'fast'",
+        r"profile \(or \$FTG_PROFILE\) must be one of 'smoke', 'gpu', 'full', 'auto', got 'fast'",
         "fast",
     ),
     case(
