@@ -4,6 +4,11 @@ finding, each threshold is tested on both sides, and the engine's step counting 
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -13,9 +18,10 @@ from torch.nn import functional as F
 from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, TensorDataset
 
 from helpers import doctor
-from helpers.doctor import rules
+from helpers.doctor import rules, watcher
 from helpers.doctor.counting import OpCounter
 from helpers.doctor.session import Session, cores
+from tests.notebook_scripts import write_script
 
 
 @pytest.fixture(autouse=True)
@@ -270,3 +276,89 @@ def test_report_text_and_json_schema():
     assert set(d["findings"][0]) >= {"kind", "evidence", "share", "fix", "notebook"}
     text = doctor.render(mm, found)
     assert "input-bound" in text and "03_dataloader_workers.ipynb" in text
+
+
+# --- DataLoader workers under spawn / forkserver -------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# A loop the doctor has never seen, run as a notebook runs a cell: its `__main__` has no file
+# (python -c), so workers started by spawn or forkserver cannot import the class defined there.
+MAIN_DATASET = """
+import json, multiprocessing as mp, sys, time
+import torch
+from torch.nn import functional as F
+from torch.utils.data import DataLoader, Dataset
+from helpers import doctor
+
+class SlowSquares(Dataset):
+    def __len__(self):
+        return 64
+    def __getitem__(self, i):
+        time.sleep(0.01)  # heavy per-sample work: the loop waits for data
+        return torch.full((8,), float(i)), i % 2
+
+mp.set_start_method(sys.argv[1])
+torch.set_num_threads(1)
+net = torch.nn.Linear(8, 2)
+opt = torch.optim.SGD(net.parameters(), lr=0.01)
+w = doctor.watch(DataLoader(SlowSquares(), batch_size=4), timed=3, trial_steps=2, seconds=0)
+for X, y in w:
+    loss = F.cross_entropy(net(X), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+print(json.dumps({"findings": [[f.kind, f.evidence, f.fix] for f in w.findings],
+                  "trials": sorted(w.measured.trials)}))
+"""
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_a_dataset_in_main_is_reported_not_tried_when_workers_import(method):
+    r = subprocess.run(
+        [sys.executable, "-c", MAIN_DATASET, method],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]  # the loop ran to its diagnosis: no crash
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    found = {kind: (evidence, fix) for kind, evidence, fix in out["findings"]}
+    assert "input-bound" in found and "workers" not in out["trials"], out
+    evidence, fix = found["workers-cannot-import"]
+    assert f"start by {method!r}" in evidence and "SlowSquares is defined in __main__" in evidence
+    assert "into a module" in fix
+    assert "workers not tried" in found["input-bound"][0]
+
+
+def test_workers_cannot_load_says_why_and_only_where_workers_import():
+    ds = Blurred(n=8, size=16)  # a class of an importable module: workers can load it
+
+    def loader(start: str, **kw) -> DataLoader:  # no worker starts before iter()
+        return DataLoader(ds, num_workers=1, multiprocessing_context=start, **kw)
+
+    assert watcher.workers_cannot_load(loader("spawn")) is None
+    why = watcher.workers_cannot_load(loader("forkserver", collate_fn=lambda b: b))
+    assert "start by 'forkserver'" in why and "the collate_fn" in why and "cannot be pickled" in why
+    forked = loader("fork", collate_fn=lambda b: b)
+    assert watcher.workers_cannot_load(forked) is None  # a fork's copy needs no pickling
+
+
+def test_notebook_19s_dataset_loads_in_spawned_workers(tmp_path, monkeypatch):
+    """Notebook 19 writes its Dataset to a module (`%%writefile {DATASET}`), so workers
+    started by spawn import it; a class defined in a cell would fail there."""
+    write_script("19_your_own_loop.ipynb", "DATASET", tmp_path / "blurred_data.py")
+    monkeypatch.syspath_prepend(str(tmp_path))  # spawn hands sys.path to the worker
+    try:
+        from blurred_data import Blurred as NotebookBlurred
+
+        ds = NotebookBlurred(n=16, size=32)
+        loader = DataLoader(ds, batch_size=8, num_workers=1, multiprocessing_context="spawn")
+        assert watcher.workers_cannot_load(loader) is None
+        X, y = next(iter(loader))
+        X0, y0 = next(iter(DataLoader(ds, batch_size=8)))
+        assert X.shape == (8, 1, 32, 32) and torch.equal(X, X0) and torch.equal(y, y0)
+    finally:
+        sys.modules.pop("blurred_data", None)

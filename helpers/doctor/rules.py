@@ -27,6 +27,7 @@ SYNCS_PER_STEP = 1.0
 
 NOTEBOOKS = {
     "input-bound": "03_dataloader_workers.ipynb",
+    "workers-cannot-import": "03_dataloader_workers.ipynb",
     "sync-bound": "07_item_hygiene.ipynb",
     "overhead-bound": "06_batch_size_and_accumulation.ipynb",
     "oversubscribed-threads": "04_cpu_threads.ipynb",
@@ -73,6 +74,7 @@ class Measured:
     memory_total: float | None = None
     trials: dict[str, Trial] = field(default_factory=dict)
     unseen: list[str] = field(default_factory=list)
+    workers_blocked: str | None = None  # why DataLoader workers could not load the data set
 
     @property
     def samples_per_s(self) -> float | None:
@@ -112,13 +114,15 @@ def input_bound(m: Measured) -> Finding | None:
     if share < INPUT_WAIT_SHARE:
         return None
     workers = m.loader.get("num_workers") if m.loader else m.workers
+    first = "the data set in a module (see workers-cannot-import), then " * bool(m.workers_blocked)
     return _predict(
         Finding(
             "input-bound",
             f"waits {1e3 * m.wait_s:.1f} ms for data of a {1e3 * m.step_s:.1f} ms step "
-            f"({100 * share:.0f} %); num_workers={workers}, {m.cores} usable cores",
+            f"({100 * share:.0f} %); num_workers={workers}, {m.cores} usable cores"
+            + ("; workers not tried: they could not load the data set" * bool(m.workers_blocked)),
             share,
-            f"DataLoader(num_workers={max(1, m.cores)}, persistent_workers=True"
+            f"{first}DataLoader(num_workers={max(1, m.cores)}, persistent_workers=True"
             f"{', pin_memory=True' if m.device == 'cuda' else ''}), or lighter per-sample work",
             NOTEBOOKS["input-bound"],
             rule=f"data wait >= {INPUT_WAIT_SHARE:.0%} of the step "
@@ -126,6 +130,22 @@ def input_bound(m: Measured) -> Finding | None:
         ),
         m,
         "workers",
+    )
+
+
+def workers_cannot_import(m: Measured) -> Finding | None:
+    """Workers, the input-bound fix, would fail on this loop: said instead of tried."""
+    if not m.workers_blocked:
+        return None
+    return Finding(
+        "workers-cannot-import",
+        m.workers_blocked,
+        None,
+        "move the Dataset (and any collate_fn, worker_init_fn, transform) into a module, a .py "
+        "file beside the notebook or script (%%writefile in a notebook), and import it from there",
+        NOTEBOOKS["workers-cannot-import"],
+        rule="workers start by spawn/forkserver and what they unpickle is defined in an "
+        "unimportable __main__ or cannot be pickled",
     )
 
 
@@ -250,6 +270,7 @@ def no_tensor_cores(m: Measured) -> Finding | None:
 
 RULES = (
     input_bound,
+    workers_cannot_import,
     sync_bound,
     overhead_bound,
     oversubscribed,
