@@ -18,7 +18,7 @@ from torch.nn import functional as F
 from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, TensorDataset
 
 from helpers import doctor
-from helpers.doctor import rules, watcher
+from helpers.doctor import counting, rules, watcher
 from helpers.doctor.counting import OpCounter
 from helpers.doctor.session import Session, cores
 from tests.notebook_scripts import write_script
@@ -362,3 +362,64 @@ def test_notebook_19s_dataset_loads_in_spawned_workers(tmp_path, monkeypatch):
         assert X.shape == (8, 1, 32, 32) and torch.equal(X, X0) and torch.equal(y, y0)
     finally:
         sys.modules.pop("blurred_data", None)
+
+
+# --- copies to the device that synchronise (CUDA's rule; "meta" stands in for a CUDA GPU) -----
+
+PAGEABLE = f"_to_copy {rules.UPLOAD}, pageable"
+
+
+@pytest.fixture
+def meta_as_cuda(monkeypatch):
+    """Copies to "meta" follow CUDA's rule: the counter's view of a GPU without one."""
+    monkeypatch.setattr(counting, "UPLOAD_SYNCS", {"meta"})
+
+
+def test_counter_names_copies_to_the_device_that_wait(meta_as_cuda, monkeypatch):
+    x, dst = torch.randn(4), torch.empty(4, device="meta")
+    with OpCounter() as c:  # pageable memory: a sync, non_blocking or not
+        x.to("meta"), x.to("meta", non_blocking=True), dst.copy_(x, non_blocking=True)
+    assert c.syncs == {PAGEABLE: 2, f"copy_ {rules.UPLOAD}, pageable": 1}
+    monkeypatch.setattr(torch.Tensor, "is_pinned", lambda self, *a, **k: True)
+    with OpCounter() as c:  # pinned: a sync only with non_blocking=False
+        x.to("meta"), x.to("meta", non_blocking=True), dst.copy_(x, non_blocking=True)
+    assert c.syncs == {f"_to_copy {rules.UPLOAD}, non_blocking=False": 1}
+
+
+def test_copies_to_a_device_that_is_not_cuda_are_not_syncs():
+    with OpCounter() as c:
+        torch.randn(4).to("meta")
+    assert not c.syncs and c.ops == 2  # randn, _to_copy
+
+
+def test_a_loop_whose_only_syncs_are_pageable_copies_is_not_told_to_read_less(meta_as_cuda):
+    torch.set_num_threads(1)
+    net = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10)).to("meta")
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    w = doctor.watch(batched(2048, 64, 32), quiet=True, timed=3, what_if=False)
+    for X, y in w:  # the batches come from pageable memory, copied without pin_memory
+        X, y = X.to("meta"), y.to("meta")
+        loss = F.cross_entropy(net(X), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert w.measured.sync_ops == {PAGEABLE: 2}
+    sync = next(f for f in w.findings if f.kind == "sync-bound")
+    assert sync.fix == rules.UPLOAD_FIX and "read it every k steps" not in sync.fix
+    assert "no read to remove" in sync.evidence and sync.notebook == "08_device_placement.ipynb"
+
+
+@pytest.mark.parametrize("reads", [0, 1])
+def test_a_measured_stall_with_copies_never_promises_the_read_fix_alone(reads):
+    ops = {PAGEABLE: 2, **({"_local_scalar_dense": reads} if reads else {})}
+    gpu = m(device="cuda", busy=0.4, stall_s=0.004, syncs_per_step=2 + reads, sync_ops=ops)
+    sync = rules.sync_bound(gpu)
+    assert sync.share == pytest.approx(0.4)  # the stall's share: what removing every sync frees
+    assert rules.UPLOAD_FIX in sync.fix
+    if reads:  # the read fix only beside the copies' fix, and the evidence says why
+        assert sync.fix.startswith(f"both: {rules.READ_FIX}")
+        assert "reading less often alone gains nothing" in sync.evidence
+    else:
+        assert rules.READ_FIX not in sync.fix
+    only_reads = rules.sync_bound(m(**{**vars(gpu), "sync_ops": {"_local_scalar_dense": 2}}))
+    assert only_reads.fix == rules.READ_FIX and only_reads.notebook == "07_item_hygiene.ipynb"

@@ -24,11 +24,15 @@ OVERHEAD_SHARE = 0.30
 SYNC_STALL_SHARE = 0.05
 # One read per step is what notebook 07 teaches to avoid (log every k steps instead).
 SYNCS_PER_STEP = 1.0
+# The counter's name for a copy to a CUDA device that makes the host wait (pageable memory, or
+# non_blocking=False): a sync that reading the loss less often does not remove.
+UPLOAD = "host->device"
 
 NOTEBOOKS = {
     "input-bound": "03_dataloader_workers.ipynb",
     "workers-cannot-import": "03_dataloader_workers.ipynb",
     "sync-bound": "07_item_hygiene.ipynb",
+    "sync-bound (copies)": "08_device_placement.ipynb",
     "overhead-bound": "06_batch_size_and_accumulation.ipynb",
     "oversubscribed-threads": "04_cpu_threads.ipynb",
     "device-idle": "06_batch_size_and_accumulation.ipynb",
@@ -149,19 +153,47 @@ def workers_cannot_import(m: Measured) -> Finding | None:
     )
 
 
+READ_FIX = "keep the loss on the device (loss.detach()) and read it every k steps, not every step"
+UPLOAD_FIX = (
+    "copy batches from pinned memory without waiting: DataLoader(pin_memory=True) and "
+    "X.to(device, non_blocking=True)"
+)
+
+
+def _sync_advice(m: Measured) -> tuple[str, str, str]:
+    """(what the syncs are, the fix, its notebook): a read every k steps removes only reads; a
+    copy to the device from pageable memory or with non_blocking=False syncs every step anyway,
+    so the read fix alone would promise a gain the loop cannot have."""
+    uploads = sum(v for k, v in m.sync_ops.items() if UPLOAD in k)
+    reads = sum(m.sync_ops.values()) - uploads
+    if not uploads:
+        return "", READ_FIX, NOTEBOOKS["sync-bound"]
+    if not reads:
+        return (
+            "; no read to remove: copies to the device that wait (pageable or blocking)",
+            UPLOAD_FIX,
+            NOTEBOOKS["sync-bound (copies)"],
+        )
+    return (
+        "; reading less often alone gains nothing: the copies to the device still wait every step",
+        f"both: {READ_FIX}; and {UPLOAD_FIX} (notebook {NOTEBOOKS['sync-bound (copies)']})",
+        NOTEBOOKS["sync-bound"],
+    )
+
+
 def sync_bound(m: Measured) -> Finding | None:
     if not m.syncs_per_step or m.syncs_per_step < SYNCS_PER_STEP:
         return None
     ops = ", ".join(f"{k} x{v}" for k, v in sorted(m.sync_ops.items()))
-    fix = "keep the loss on the device (loss.detach()) and read it every k steps, not every step"
+    which, fix, notebook = _sync_advice(m)
     if m.stall_s is None:  # a CPU: counted, and no cost claimed
         return Finding(
             "sync-bound",
-            f"{m.syncs_per_step:g} reads of a tensor per step ({ops}): "
-            "would synchronise on a GPU; a CPU pays nothing for them",
+            f"{m.syncs_per_step:g} syncs per step ({ops}): "
+            f"would synchronise on a GPU; a CPU pays nothing for them{which}",
             None,
             fix,
-            NOTEBOOKS["sync-bound"],
+            notebook,
             rule=f">= {SYNCS_PER_STEP:g} sync per step, counted",
         )
     share = m.stall_s / m.step_s
@@ -172,10 +204,10 @@ def sync_bound(m: Measured) -> Finding | None:
     return Finding(
         "sync-bound",
         f"{m.syncs_per_step:g} syncs per step ({ops}); the host waited "
-        f"{1e3 * m.stall_s:.2f} ms per step",
+        f"{1e3 * m.stall_s:.2f} ms per step{which}",
         share,
         fix,
-        NOTEBOOKS["sync-bound"],
+        notebook,
         rule=f"measured stall >= {SYNC_STALL_SHARE:.0%} of the step",
     )
 
