@@ -4,7 +4,8 @@
 What a DataLoader worker runs (data set, transforms) lives here, in an importable module: a
 `spawn` worker (macOS, Windows) re-imports what it runs and cannot import a notebook cell.
 `WorkerMemorySampler` measures what the workers take, `live_workers()` lists those alive.
-`dali_batches()`: NVIDIA DALI augments on the GPU, where `nvidia-dali` is installed.
+`dali_batches()`: NVIDIA DALI augments on the GPU, where `nvidia-dali` is installed (built once;
+one epoch per iteration).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import psutil
@@ -311,6 +312,19 @@ def dali_available() -> tuple[bool, str]:
     return True, getattr(dali, "__version__", "unknown version")
 
 
+class DaliBatches:
+    """An NVIDIA DALI pipeline, built once (`dali_batches`); each `iter()` is one epoch of
+    (X float32 (B, 3, crop, crop) on the GPU, y int64). DALI's iterator resets itself at the end
+    of an epoch (`auto_reset`): an epoch left early goes on where it stopped."""
+
+    def __init__(self, iterator: Iterable) -> None:
+        self.iterator = iterator
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for out in self.iterator:
+            yield out[0]["x"], out[0]["y"].view(-1).long()
+
+
 def dali_batches(
     root: str | Path,
     *,
@@ -322,11 +336,10 @@ def dali_batches(
     seed: int = 0,
     num_threads: int = 2,
     device_id: int = 0,
-    epochs: int = 1,
-) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """`epochs` epochs of (X float32 (B, 3, crop, crop) on the GPU, y int64) from an image
-    folder: decode ("mixed": nvJPEG on the GPU for JPEG; PNG is decoded on the CPU), zero pad by
-    `pad`, random crop, random flip, normalise."""
+) -> DaliBatches:
+    """An image folder as DALI batches: decode ("mixed": nvJPEG on the GPU for JPEG; PNG is
+    decoded on the CPU), zero pad by `pad`, random crop, random flip, normalise. The pipeline is
+    built here, once, as in training; iterate the result once per epoch."""
     from nvidia.dali import fn, pipeline_def, types
     from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
@@ -356,13 +369,12 @@ def dali_batches(
 
     p = pipe()
     p.build()
-    it = DALIGenericIterator(
-        [p],
-        ["x", "y"],
-        reader_name="reader",
-        last_batch_policy=LastBatchPolicy.PARTIAL,
-        auto_reset=True,
+    return DaliBatches(
+        DALIGenericIterator(
+            [p],
+            ["x", "y"],
+            reader_name="reader",
+            last_batch_policy=LastBatchPolicy.PARTIAL,
+            auto_reset=True,
+        )
     )
-    for _ in range(epochs):
-        for out in it:
-            yield out[0]["x"], out[0]["y"].view(-1).long()

@@ -4,6 +4,11 @@ finding, each threshold is tested on both sides, and the engine's step counting 
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -13,9 +18,10 @@ from torch.nn import functional as F
 from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, TensorDataset
 
 from helpers import doctor
-from helpers.doctor import rules
+from helpers.doctor import counting, rules, watcher
 from helpers.doctor.counting import OpCounter
 from helpers.doctor.session import Session, cores
+from tests.notebook_scripts import write_script
 
 
 @pytest.fixture(autouse=True)
@@ -270,3 +276,166 @@ def test_report_text_and_json_schema():
     assert set(d["findings"][0]) >= {"kind", "evidence", "share", "fix", "notebook"}
     text = doctor.render(mm, found)
     assert "input-bound" in text and "03_dataloader_workers.ipynb" in text
+
+
+# --- DataLoader workers under spawn / forkserver -------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# A loop the doctor has never seen, run as a notebook runs a cell: its `__main__` has no file
+# (python -c), so workers started by spawn or forkserver cannot import the class defined there.
+MAIN_DATASET = """
+import json, multiprocessing as mp, sys, time
+import torch
+from torch.nn import functional as F
+from torch.utils.data import DataLoader, Dataset
+from helpers import doctor
+
+class SlowSquares(Dataset):
+    def __len__(self):
+        return 64
+    def __getitem__(self, i):
+        time.sleep(0.01)  # heavy per-sample work: the loop waits for data
+        return torch.full((8,), float(i)), i % 2
+
+mp.set_start_method(sys.argv[1])
+torch.set_num_threads(1)
+net = torch.nn.Linear(8, 2)
+opt = torch.optim.SGD(net.parameters(), lr=0.01)
+w = doctor.watch(DataLoader(SlowSquares(), batch_size=4), timed=3, trial_steps=2, seconds=0)
+for X, y in w:
+    loss = F.cross_entropy(net(X), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+print(json.dumps({"findings": [[f.kind, f.evidence, f.fix] for f in w.findings],
+                  "trials": sorted(w.measured.trials)}))
+"""
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_a_dataset_in_main_is_reported_not_tried_when_workers_import(method):
+    r = subprocess.run(
+        [sys.executable, "-c", MAIN_DATASET, method],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]  # the loop ran to its diagnosis: no crash
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    found = {kind: (evidence, fix) for kind, evidence, fix in out["findings"]}
+    assert "input-bound" in found and "workers" not in out["trials"], out
+    evidence, fix = found["workers-cannot-import"]
+    assert f"start by {method!r}" in evidence and "SlowSquares is defined in __main__" in evidence
+    assert "into a module" in fix
+    assert "workers not tried" in found["input-bound"][0]
+
+
+def test_workers_cannot_load_says_why_and_only_where_workers_import():
+    ds = Blurred(n=8, size=16)  # a class of an importable module: workers can load it
+
+    def loader(start: str, **kw) -> DataLoader:  # no worker starts before iter()
+        return DataLoader(ds, num_workers=1, multiprocessing_context=start, **kw)
+
+    assert watcher.workers_cannot_load(loader("spawn")) is None
+    why = watcher.workers_cannot_load(loader("forkserver", collate_fn=lambda b: b))
+    assert "start by 'forkserver'" in why and "the collate_fn" in why and "cannot be pickled" in why
+    forked = loader("fork", collate_fn=lambda b: b)
+    assert watcher.workers_cannot_load(forked) is None  # a fork's copy needs no pickling
+
+
+SPAWNED_BATCH = """
+import sys, torch
+from torch.utils.data import DataLoader
+from helpers.doctor import watcher
+sys.path.insert(0, sys.argv[1])  # as the notebook does; spawn hands sys.path to the worker
+from blurred_data import Blurred
+
+ds = Blurred(n=16, size=32)
+loader = DataLoader(ds, batch_size=8, num_workers=1, multiprocessing_context="spawn")
+assert watcher.workers_cannot_load(loader) is None
+X, y = next(iter(loader))
+X0, y0 = next(iter(DataLoader(ds, batch_size=8)))
+assert X.shape == (8, 1, 32, 32) and torch.equal(X, X0) and torch.equal(y, y0)
+print("a spawned worker delivered", tuple(X.shape))
+"""
+
+
+@pytest.mark.timeout(300)
+def test_notebook_19s_dataset_loads_in_spawned_workers(tmp_path):
+    """Notebook 19 writes its Dataset to a module (`%%writefile {DATASET}`), so a worker started
+    by spawn imports it; a class defined in a cell would fail there. In a process of its own
+    (python -c, a `__main__` without a file, as a notebook's): spawn's resource tracker ends
+    with it."""
+    write_script("19_your_own_loop.ipynb", "DATASET", tmp_path / "blurred_data.py")
+    r = subprocess.run(
+        [sys.executable, "-c", SPAWNED_BATCH, str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert r.returncode == 0 and "delivered (8, 1, 32, 32)" in r.stdout, r.stderr[-3000:]
+
+
+# --- copies to the device that synchronise (CUDA's rule; "meta" stands in for a CUDA GPU) -----
+
+PAGEABLE = f"_to_copy {rules.UPLOAD}, pageable"
+
+
+@pytest.fixture
+def meta_as_cuda(monkeypatch):
+    """Copies to "meta" follow CUDA's rule: the counter's view of a GPU without one."""
+    monkeypatch.setattr(counting, "UPLOAD_SYNCS", {"meta"})
+
+
+def test_counter_names_copies_to_the_device_that_wait(meta_as_cuda, monkeypatch):
+    x, dst = torch.randn(4), torch.empty(4, device="meta")
+    with OpCounter() as c:  # pageable memory: a sync, non_blocking or not
+        x.to("meta"), x.to("meta", non_blocking=True), dst.copy_(x, non_blocking=True)
+    assert c.syncs == {PAGEABLE: 2, f"copy_ {rules.UPLOAD}, pageable": 1}
+    monkeypatch.setattr(torch.Tensor, "is_pinned", lambda self, *a, **k: True)
+    with OpCounter() as c:  # pinned: a sync only with non_blocking=False
+        x.to("meta"), x.to("meta", non_blocking=True), dst.copy_(x, non_blocking=True)
+    assert c.syncs == {f"_to_copy {rules.UPLOAD}, non_blocking=False": 1}
+
+
+def test_copies_to_a_device_that_is_not_cuda_are_not_syncs():
+    with OpCounter() as c:
+        torch.randn(4).to("meta")
+    assert not c.syncs and c.ops == 2  # randn, _to_copy
+
+
+def test_a_loop_whose_only_syncs_are_pageable_copies_is_not_told_to_read_less(meta_as_cuda):
+    torch.set_num_threads(1)
+    net = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10)).to("meta")
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    w = doctor.watch(batched(2048, 64, 32), quiet=True, timed=3, what_if=False)
+    for X, y in w:  # the batches come from pageable memory, copied without pin_memory
+        X, y = X.to("meta"), y.to("meta")
+        loss = F.cross_entropy(net(X), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert w.measured.sync_ops == {PAGEABLE: 2}
+    sync = next(f for f in w.findings if f.kind == "sync-bound")
+    assert sync.fix == rules.UPLOAD_FIX and "read it every k steps" not in sync.fix
+    assert "no read to remove" in sync.evidence and sync.notebook == "08_device_placement.ipynb"
+
+
+@pytest.mark.parametrize("reads", [0, 1])
+def test_a_measured_stall_with_copies_never_promises_the_read_fix_alone(reads):
+    ops = {PAGEABLE: 2, **({"_local_scalar_dense": reads} if reads else {})}
+    gpu = m(device="cuda", busy=0.4, stall_s=0.004, syncs_per_step=2 + reads, sync_ops=ops)
+    sync = rules.sync_bound(gpu)
+    assert sync.share == pytest.approx(0.4)  # the stall's share: what removing every sync frees
+    assert rules.UPLOAD_FIX in sync.fix
+    if reads:  # the read fix only beside the copies' fix, and the evidence says why
+        assert sync.fix.startswith(f"both: {rules.READ_FIX}")
+        assert "reading less often alone gains nothing" in sync.evidence
+    else:
+        assert rules.READ_FIX not in sync.fix
+    only_reads = rules.sync_bound(m(**{**vars(gpu), "sync_ops": {"_local_scalar_dense": 2}}))
+    assert only_reads.fix == rules.READ_FIX and only_reads.notebook == "07_item_hygiene.ipynb"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import sys
 
 import numpy as np
 import pytest
@@ -99,3 +100,60 @@ def test_per_sample_tensor_dataset_and_checks():
         pipelines.PerSampleTensorDataset(x.float(), y)
     with pytest.raises(ValueError, match="same length"):
         pipelines.PerSampleTensorDataset(x, y[:3])
+
+
+def fake_dali(monkeypatch, batches_per_epoch: int = 3) -> dict:
+    """`nvidia.dali` as far as `dali_batches` uses it: pipelines count their builds, and the
+    iterator serves `batches_per_epoch` batches, then resets itself (`auto_reset=True`)."""
+    import types
+
+    log = {"builds": 0, "served": 0}
+
+    class Pipe:
+        def build(self):
+            log["builds"] += 1
+
+    def pipeline_def(**kw):
+        return lambda body: lambda: Pipe()  # the graph's body runs only inside real DALI
+
+    class Iterator:
+        def __init__(self, pipes, names, *, reader_name, last_batch_policy, auto_reset):
+            assert auto_reset and all(isinstance(p, Pipe) for p in pipes)
+            self.names = names
+
+        def __iter__(self):
+            for _ in range(batches_per_epoch):
+                log["served"] += 1
+                yield [{"x": torch.zeros(2, 3, 32, 32), "y": torch.zeros(2, 1, dtype=torch.int32)}]
+
+    dali = types.ModuleType("nvidia.dali")
+    dali.fn, dali.types, dali.pipeline_def = (
+        types.SimpleNamespace(),
+        types.SimpleNamespace(),
+        pipeline_def,
+    )
+    plugin = types.ModuleType("nvidia.dali.plugin.pytorch")
+    plugin.DALIGenericIterator = Iterator
+    plugin.LastBatchPolicy = types.SimpleNamespace(PARTIAL="partial")
+    for name, mod in {
+        "nvidia": types.ModuleType("nvidia"),
+        "nvidia.dali": dali,
+        "nvidia.dali.plugin": types.ModuleType("nvidia.dali.plugin"),
+        "nvidia.dali.plugin.pytorch": plugin,
+    }.items():
+        monkeypatch.setitem(sys.modules, name, mod)
+    return log
+
+
+def test_dali_pipeline_is_built_once_and_iterated_once_per_epoch(monkeypatch, tmp_path):
+    log = fake_dali(monkeypatch)
+    batches = pipelines.dali_batches(tmp_path, batch_size=2)
+    assert log == {"builds": 1, "served": 0}  # built before any epoch is timed
+    for _ in range(3):  # a warm-up and two timed epochs: the same pipeline each time
+        epoch = list(batches)
+        assert len(epoch) == 3
+        X, y = epoch[0]
+        assert X.shape == (2, 3, 32, 32) and y.shape == (2,) and y.dtype == torch.int64
+    assert log == {"builds": 1, "served": 9}
+    with pytest.raises(FileNotFoundError, match="root: the image folder"):
+        pipelines.dali_batches(tmp_path / "missing", batch_size=2)

@@ -5,7 +5,10 @@ whose steps are in no timing.
 What it can see: every aten op below autograd, forward and backward. On a CPU, `.item()`,
 `float(t)`, `bool(t)` (all `aten._local_scalar_dense`) and `nonzero`; `.cpu()`, `.tolist()`,
 `.numpy()` and `print(t)` of a CPU tensor run no op and are invisible. On a GPU, copies from the
-device to the host are ops too, and counted.
+device to the host are ops too, and counted; so are copies from the host to a CUDA device that
+make the host wait as well: from pageable (not pinned) memory, where CUDA stages the data and
+synchronises, or with non_blocking=False, where PyTorch synchronises after the copy
+(https://pytorch.org/docs/stable/notes/cuda.html#use-pinned-memory-buffers).
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from collections import Counter
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode  # the documented home of modes
+
+from .rules import UPLOAD
 
 # Ops that make the host wait for the device: a value read on the host, or a result whose size
 # depends on the data (nonzero, masked_select, unique).
@@ -25,6 +30,9 @@ SYNC_OPS = {
     "_unique2",
     "repeat_interleave",
 }
+# Devices whose copies from the host wait for the device unless pinned and non_blocking (CUDA's
+# rule; MPS shares memory with the host). A test puts "meta" here to stand in for a CUDA GPU.
+UPLOAD_SYNCS = {"cuda"}
 # The ops that do the arithmetic of a training step: their dtype and layout decide its speed.
 HOT_OPS = {
     "mm",
@@ -76,21 +84,33 @@ class OpCounter(TorchDispatchMode):
         if name.startswith("_record_function"):  # the profiler's own marks
             return
         self.ops += 1
-        if name in SYNC_OPS or self._to_host(name, args, kwargs):
-            self.syncs[name] += 1
+        copy = _sync_copy(name, args, kwargs)
+        if name in SYNC_OPS or copy is not None:
+            self.syncs[copy or name] += 1
         if name in HOT_OPS:
             t = next((a for a in args if isinstance(a, torch.Tensor)), None)
             if t is not None:
                 self.hot[f"{name} {str(t.dtype).removeprefix('torch.')} {_layout(t)}"] += 1
 
-    @staticmethod
-    def _to_host(name: str, args: tuple, kwargs: dict) -> bool:
-        """A copy from an accelerator to the host (`.cpu()`, `.numpy()` of a GPU tensor)."""
-        if name == "_to_copy" and args and isinstance(args[0], torch.Tensor):
-            dev = kwargs.get("device")
-            return (
-                args[0].device.type != "cpu" and dev is not None and torch.device(dev).type == "cpu"
-            )
-        if name == "copy_" and len(args) > 1 and all(isinstance(a, torch.Tensor) for a in args[:2]):
-            return args[0].device.type == "cpu" and args[1].device.type != "cpu"
-        return False
+
+def _sync_copy(name: str, args: tuple, kwargs: dict) -> str | None:
+    """How a copy synchronises the host with the device, as the counter names it, or None: a
+    copy to the host (`.cpu()`, `.numpy()` of a GPU tensor) always; a copy to a CUDA device
+    (`.to(device)`, `dst.copy_(src)`) from pageable memory or with non_blocking=False."""
+    if name == "_to_copy" and args and isinstance(args[0], torch.Tensor):
+        src, dst = args[0], kwargs.get("device")
+        dst = torch.device(dst) if dst is not None else src.device
+        non_blocking = bool(kwargs.get("non_blocking", False))
+    elif name == "copy_" and len(args) > 1 and all(isinstance(a, torch.Tensor) for a in args[:2]):
+        src, dst = args[1], args[0].device
+        non_blocking = bool(args[2] if len(args) > 2 else kwargs.get("non_blocking", False))
+    else:
+        return None
+    if src.device.type != "cpu" and dst.type == "cpu":
+        return f"{name} device->host"
+    if src.device.type == "cpu" and dst.type in UPLOAD_SYNCS:
+        if not src.is_pinned():
+            return f"{name} {UPLOAD}, pageable"
+        if not non_blocking:
+            return f"{name} {UPLOAD}, non_blocking=False"
+    return None

@@ -24,10 +24,15 @@ OVERHEAD_SHARE = 0.30
 SYNC_STALL_SHARE = 0.05
 # One read per step is what notebook 07 teaches to avoid (log every k steps instead).
 SYNCS_PER_STEP = 1.0
+# The counter's name for a copy to a CUDA device that makes the host wait (pageable memory, or
+# non_blocking=False): a sync that reading the loss less often does not remove.
+UPLOAD = "host->device"
 
 NOTEBOOKS = {
     "input-bound": "03_dataloader_workers.ipynb",
+    "workers-cannot-import": "03_dataloader_workers.ipynb",
     "sync-bound": "07_item_hygiene.ipynb",
+    "sync-bound (copies)": "08_device_placement.ipynb",
     "overhead-bound": "06_batch_size_and_accumulation.ipynb",
     "oversubscribed-threads": "04_cpu_threads.ipynb",
     "device-idle": "06_batch_size_and_accumulation.ipynb",
@@ -73,6 +78,7 @@ class Measured:
     memory_total: float | None = None
     trials: dict[str, Trial] = field(default_factory=dict)
     unseen: list[str] = field(default_factory=list)
+    workers_blocked: str | None = None  # why DataLoader workers could not load the data set
 
     @property
     def samples_per_s(self) -> float | None:
@@ -112,13 +118,15 @@ def input_bound(m: Measured) -> Finding | None:
     if share < INPUT_WAIT_SHARE:
         return None
     workers = m.loader.get("num_workers") if m.loader else m.workers
+    first = "the data set in a module (see workers-cannot-import), then " * bool(m.workers_blocked)
     return _predict(
         Finding(
             "input-bound",
             f"waits {1e3 * m.wait_s:.1f} ms for data of a {1e3 * m.step_s:.1f} ms step "
-            f"({100 * share:.0f} %); num_workers={workers}, {m.cores} usable cores",
+            f"({100 * share:.0f} %); num_workers={workers}, {m.cores} usable cores"
+            + ("; workers not tried: they could not load the data set" * bool(m.workers_blocked)),
             share,
-            f"DataLoader(num_workers={max(1, m.cores)}, persistent_workers=True"
+            f"{first}DataLoader(num_workers={max(1, m.cores)}, persistent_workers=True"
             f"{', pin_memory=True' if m.device == 'cuda' else ''}), or lighter per-sample work",
             NOTEBOOKS["input-bound"],
             rule=f"data wait >= {INPUT_WAIT_SHARE:.0%} of the step "
@@ -129,19 +137,63 @@ def input_bound(m: Measured) -> Finding | None:
     )
 
 
+def workers_cannot_import(m: Measured) -> Finding | None:
+    """Workers, the input-bound fix, would fail on this loop: said instead of tried."""
+    if not m.workers_blocked:
+        return None
+    return Finding(
+        "workers-cannot-import",
+        m.workers_blocked,
+        None,
+        "move the Dataset (and any collate_fn, worker_init_fn, transform) into a module, a .py "
+        "file beside the notebook or script (%%writefile in a notebook), and import it from there",
+        NOTEBOOKS["workers-cannot-import"],
+        rule="workers start by spawn/forkserver and what they unpickle is defined in an "
+        "unimportable __main__ or cannot be pickled",
+    )
+
+
+READ_FIX = "keep the loss on the device (loss.detach()) and read it every k steps, not every step"
+UPLOAD_FIX = (
+    "copy batches from pinned memory without waiting: DataLoader(pin_memory=True) and "
+    "X.to(device, non_blocking=True)"
+)
+
+
+def _sync_advice(m: Measured) -> tuple[str, str, str]:
+    """(what the syncs are, the fix, its notebook): a read every k steps removes only reads; a
+    copy to the device from pageable memory or with non_blocking=False syncs every step anyway,
+    so the read fix alone would promise a gain the loop cannot have."""
+    uploads = sum(v for k, v in m.sync_ops.items() if UPLOAD in k)
+    reads = sum(m.sync_ops.values()) - uploads
+    if not uploads:
+        return "", READ_FIX, NOTEBOOKS["sync-bound"]
+    if not reads:
+        return (
+            "; no read to remove: copies to the device that wait (pageable or blocking)",
+            UPLOAD_FIX,
+            NOTEBOOKS["sync-bound (copies)"],
+        )
+    return (
+        "; reading less often alone gains nothing: the copies to the device still wait every step",
+        f"both: {READ_FIX}; and {UPLOAD_FIX} (notebook {NOTEBOOKS['sync-bound (copies)']})",
+        NOTEBOOKS["sync-bound"],
+    )
+
+
 def sync_bound(m: Measured) -> Finding | None:
     if not m.syncs_per_step or m.syncs_per_step < SYNCS_PER_STEP:
         return None
     ops = ", ".join(f"{k} x{v}" for k, v in sorted(m.sync_ops.items()))
-    fix = "keep the loss on the device (loss.detach()) and read it every k steps, not every step"
+    which, fix, notebook = _sync_advice(m)
     if m.stall_s is None:  # a CPU: counted, and no cost claimed
         return Finding(
             "sync-bound",
-            f"{m.syncs_per_step:g} reads of a tensor per step ({ops}): "
-            "would synchronise on a GPU; a CPU pays nothing for them",
+            f"{m.syncs_per_step:g} syncs per step ({ops}): "
+            f"would synchronise on a GPU; a CPU pays nothing for them{which}",
             None,
             fix,
-            NOTEBOOKS["sync-bound"],
+            notebook,
             rule=f">= {SYNCS_PER_STEP:g} sync per step, counted",
         )
     share = m.stall_s / m.step_s
@@ -152,10 +204,10 @@ def sync_bound(m: Measured) -> Finding | None:
     return Finding(
         "sync-bound",
         f"{m.syncs_per_step:g} syncs per step ({ops}); the host waited "
-        f"{1e3 * m.stall_s:.2f} ms per step",
+        f"{1e3 * m.stall_s:.2f} ms per step{which}",
         share,
         fix,
-        NOTEBOOKS["sync-bound"],
+        notebook,
         rule=f"measured stall >= {SYNC_STALL_SHARE:.0%} of the step",
     )
 
@@ -250,6 +302,7 @@ def no_tensor_cores(m: Measured) -> Finding | None:
 
 RULES = (
     input_bound,
+    workers_cannot_import,
     sync_bound,
     overhead_bound,
     oversubscribed,

@@ -8,9 +8,15 @@ enough (the steps it watched are real training steps on real batches).
 
 from __future__ import annotations
 
+import multiprocessing as mp
+import os
+import pickle
+import sys
 import time
+import types
 from collections.abc import Iterator
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
@@ -51,6 +57,7 @@ class Watch:
             timed=timed, trial_steps=trial_steps, seconds=float(seconds), trials=self._trials
         )
         self.source: DataLoader = loader
+        self.blocked: str | None = None  # why workers could not load the data set, once asked
         self.measured: rules.Measured | None = None
         self.findings: list[rules.Finding] = []
 
@@ -89,6 +96,8 @@ class Watch:
         self.measured = self.session.measured(
             self.batch, loader_settings(self.loader), self.loader.num_workers
         )
+        if rules.input_bound(self.measured):  # its fix is workers: can they load the data set?
+            self.measured.workers_blocked = self._workers_blocked()
         self.findings = rules.diagnose(self.measured)
         if not self.quiet:
             from .text import render
@@ -102,7 +111,11 @@ class Watch:
             return []
         m = s.measured(self.batch, loader_settings(self.loader), self.loader.num_workers)
         out: list[Window] = []
-        if rules.input_bound(m) and self.loader.num_workers < m.cores:
+        if (
+            rules.input_bound(m)
+            and self.loader.num_workers < m.cores
+            and self._workers_blocked() is None  # else reported, not tried: they would crash
+        ):
             k = m.cores
             out += s.trial(
                 "workers",
@@ -125,6 +138,11 @@ class Watch:
                 self.batch,
             )
         return out
+
+    def _workers_blocked(self) -> str | None:
+        if self.blocked is None:
+            self.blocked = workers_cannot_load(self.loader) or ""
+        return self.blocked or None
 
     def _use(self, loader: DataLoader) -> None:
         self.source = loader
@@ -158,6 +176,7 @@ def rebuild(loader: DataLoader, **change: object) -> DataLoader:
         collate_fn=loader.collate_fn,
         pin_memory=loader.pin_memory,
         drop_last=loader.drop_last,
+        worker_init_fn=loader.worker_init_fn,
     )
     size = change.pop("batch_size", None)
     if loader.batch_size is None:  # the sampler makes the batches: keep it, resized if asked
@@ -166,9 +185,82 @@ def rebuild(loader: DataLoader, **change: object) -> DataLoader:
     elif size is not None:
         kw["batch_size"] = size
     kw.update(change)
-    if kw["num_workers"]:
+    if kw["num_workers"]:  # started as the learner's own workers would be
         kw["persistent_workers"] = True
+        kw["multiprocessing_context"] = loader.multiprocessing_context
     return DataLoader(loader.dataset, **kw)
+
+
+# Start methods whose workers import what they run and receive it pickled (not a fork's copy).
+IMPORTING = ("spawn", "forkserver")
+
+
+def start_method(loader: DataLoader) -> str:
+    """How the loader's workers start: its `multiprocessing_context`, else the process's start
+    method, else the platform's default (asked without fixing it)."""
+    ctx = loader.multiprocessing_context
+    if ctx is not None:
+        return ctx.get_start_method()
+    return mp.get_start_method(allow_none=True) or mp.get_all_start_methods()[0]
+
+
+def main_importable() -> bool:
+    """Whether a spawned process can import this one's `__main__`: multiprocessing runs a `-m`
+    module or a script's file again there; a notebook, `python -c` or a REPL has neither."""
+    main = sys.modules.get("__main__")
+    if getattr(getattr(main, "__spec__", None), "name", None):
+        return True
+    path = getattr(main, "__file__", None)
+    return bool(path) and os.path.isfile(path)
+
+
+class _MainRefs(pickle.Pickler):
+    """Pickles to nowhere, noting the classes and functions it would send by a `__main__` name;
+    tensors and arrays are skipped (data, not code; pickled by shared memory anyway)."""
+
+    class _Sink:
+        write = staticmethod(len)
+
+    def __init__(self) -> None:
+        super().__init__(self._Sink(), protocol=pickle.HIGHEST_PROTOCOL)
+        self.found: list[str] = []
+
+    def persistent_id(self, obj: object) -> object:
+        return 1 if isinstance(obj, torch.Tensor | np.ndarray) else None
+
+    def reducer_override(self, obj: object) -> object:
+        if isinstance(obj, type | types.FunctionType) and obj.__module__ == "__main__":
+            self.found.append(obj.__qualname__)
+        return NotImplemented
+
+
+def workers_cannot_load(loader: DataLoader) -> str | None:
+    """Why workers of this loader could not load its data set (None: they can). Under `spawn`
+    or `forkserver` a worker unpickles the data set, collate_fn and worker_init_fn: a class
+    or function defined in an unimportable `__main__` (a notebook cell) fails there with
+    "Can't get attribute ... on <module '__main__'>"; an unpicklable one fails here."""
+    method = start_method(loader)
+    if method not in IMPORTING:
+        return None
+    refs = _MainRefs()
+    parts = {"dataset": loader.dataset, "collate_fn": loader.collate_fn}
+    parts["worker_init_fn"] = loader.worker_init_fn
+    for what, obj in parts.items():
+        try:
+            refs.dump(obj)
+        except Exception as e:  # noqa: BLE001 - whatever the worker's pickling would raise
+            return (
+                f"DataLoader workers start by {method!r} here and receive the {what} pickled, "
+                f"and it cannot be pickled ({type(e).__name__}: {e}); a worker would fail"
+            )
+    if not refs.found or main_importable():
+        return None
+    names = ", ".join(dict.fromkeys(refs.found))
+    return (
+        f"DataLoader workers start by {method!r} here: they import the code they run, and "
+        f"{names} is defined in __main__ (a notebook cell, python -c), which they cannot "
+        "import: each worker would fail with \"Can't get attribute ... on <module '__main__'>\""
+    )
 
 
 def watch(
