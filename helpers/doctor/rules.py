@@ -189,8 +189,8 @@ def sync_bound(m: Measured) -> Finding | None:
     if m.stall_s is None:  # a CPU: counted, and no cost claimed
         return Finding(
             "sync-bound",
-            f"{m.syncs_per_step:g} syncs per step ({ops}): "
-            f"would synchronise on a GPU; a CPU pays nothing for them{which}",
+            f"{m.syncs_per_step:g} {'syncs' if which else 'reads of a tensor'} per step "
+            f"({ops}): would synchronise on a GPU; a CPU pays nothing for them{which}",
             None,
             fix,
             notebook,
