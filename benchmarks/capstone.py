@@ -149,6 +149,18 @@ def bench_rows(recorded: dict) -> list[dict]:
     ]
 
 
+def fp32_line(recorded: dict) -> str:
+    """What fp32 meant: the reference keeps PyTorch's defaults; the TF32 bar sets both to TF32."""
+    d = recorded.get("fp32_defaults")
+    if not d:
+        return "- fp32 precision: not recorded (a notebook from before it was)"
+    return (
+        f"- fp32 precision: the reference keeps PyTorch's defaults, matmuls {d['matmuls']!r} "
+        f"('none': inherited 'ieee'), convolutions {d['convolutions']!r} (TF32 on compute "
+        "capability 8.0+); the TF32 bar sets both to 'tf32'"
+    )
+
+
 def summary(recorded: dict, rows: list[dict], a: argparse.Namespace, seconds: float) -> str:
     m = {x["name"]: x["value"] for x in recorded["measurements"]}
     name = devices.device_name(devices.try_gpu())
@@ -167,6 +179,7 @@ def summary(recorded: dict, rows: list[dict], a: argparse.Namespace, seconds: fl
             "(torch.utils.flop_counter, forward + backward)",
             "- timing: one untimed warm-up epoch, then the median of the timed epochs per step; "
             "a step is kept when it beats the best so far by more than 2 % and the spread",
+            fp32_line(recorded),
             "",
             table(rows),
             "",

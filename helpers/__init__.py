@@ -25,6 +25,7 @@ plotting
 devices
   devices         whichever accelerator there is (CUDA, MPS, XPU, else the CPU): sync, memory,
                   what it can do (`capabilities`: bf16, compile, TF32, kernels in this build);
+                  fp32 matmuls and convolutions as true fp32 or TF32 (`fp32_precision`);
                   the CPU's threads (`cpu_threads`, `share`), set from one place
 distributed
   launch          N ranks of a notebook's script, meeting through a file; always cleaned up

@@ -26,6 +26,7 @@ D2L_WORKERS = 4  # d2l.get_dataloader_workers()
 MIN_STEADY_EPOCHS = 3  # timed epochs a compiled recipe needs (the warm-up epoch compiles)
 DATA_MODES = ("loader", "memory", "device")
 INITS = ("d2l", "default")
+PRECISIONS = ("fp32", "bf16", "fp16")  # fp16: autocast with a GradScaler (notebook 10)
 SAFEGUARDS = {
     "init": "default",
     "lr_schedule": "linear-decay",
@@ -87,11 +88,11 @@ class Recipe:
     data: str = "loader"  # the book's DataLoader, or uint8 batches in "memory" / on "device"
     batch_size: int = 256
     lr: float = 0.1
-    precision: str = "fp32"  # or "bf16" autocast
+    precision: str = "fp32"  # or "bf16" autocast, or "fp16" autocast with a GradScaler
     channels_last: bool = False
     compile: dict[str, Any] | None = None  # torch.compile's keyword arguments; None: eager
     fused: bool = False
-    tf32: bool = False  # fp32 matmuls on TF32 tensor cores
+    tf32: bool = False  # fp32 matmuls and convolutions on TF32; False: PyTorch's defaults
     cudnn_benchmark: bool | None = None  # None: PyTorch's default (off), as in the book
     init: str = "d2l"  # see build_net
     lr_schedule: str = "constant"  # the book's, or "linear-decay" (to 0 over the run)
@@ -102,7 +103,7 @@ class Recipe:
             ("data", self.data, DATA_MODES),
             ("init", self.init, INITS),
             ("lr_schedule", self.lr_schedule, ("constant", "linear-decay")),
-            ("precision", self.precision, ("fp32", "bf16")),
+            ("precision", self.precision, PRECISIONS),
         ):
             check_choice(name, value, allowed, where="Recipe")
         if self.data == "loader" and self.lr_schedule != "constant":
@@ -119,6 +120,15 @@ class Recipe:
     @property
     def uses_cuda_graphs(self) -> bool:
         return (self.compile or {}).get("mode") in ("reduce-overhead", "max-autotune")
+
+
+def low_precision(caps: devices.Capabilities) -> str | None:
+    """The 16-bit autocast the fast recipe tries on a device: "bf16" where it runs (natively on
+    a GPU; a CPU's, emulated or not, is measured and dropped when slower), else "fp16" with a
+    GradScaler (a CUDA GPU without native bf16: a T4, a V100), else None (nothing to try)."""
+    if caps.ok("bf16"):
+        return "bf16"
+    return "fp16" if caps.ok("fp16") else None
 
 
 @dataclass

@@ -441,6 +441,30 @@ def describe_hardware(summary: dict[str, Any] | None = None) -> str:
     return text
 
 
+# ------------------------------------------------------------------ fp32 matmuls and convolutions
+FP32_PRECISIONS = ("ieee", "tf32")
+
+
+@contextlib.contextmanager
+def fp32_precision(precision: str) -> Iterator[str]:
+    """fp32 matrix multiplies (cuBLAS) and convolutions (cuDNN) in `precision` inside the block,
+    the previous settings after it (also after an error): "ieee" is true fp32, "tf32" lets NVIDIA
+    tensor cores (compute capability 8.0+) round the inputs to TF32. Elsewhere the settings have
+    no effect. PyTorch's defaults differ: matmuls "ieee", convolutions "tf32". Only the
+    `fp32_precision` API is used: mixing it with the legacy `allow_tf32` flags or
+    `set_float32_matmul_precision` raises in PyTorch (see
+    https://pytorch.org/docs/stable/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices)."""
+    check_choice("precision", precision, FP32_PRECISIONS, where="fp32_precision")
+    matmul, conv = torch.backends.cuda.matmul, torch.backends.cudnn.conv
+    before = matmul.fp32_precision, conv.fp32_precision  # process-wide, on any machine
+    try:
+        matmul.fp32_precision = precision
+        conv.fp32_precision = precision
+        yield precision
+    finally:
+        matmul.fp32_precision, conv.fp32_precision = before
+
+
 # --------------------------------------------------------------------------- the CPU's threads
 DEFAULT_THREADS = torch.get_num_threads()  # at import, before a notebook (re-run) changes it
 

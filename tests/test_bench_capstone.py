@@ -59,6 +59,7 @@ def _fake_execute(status="ok", error=""):
         recorded = {
             "waterfall": ROWS,
             "gflop_per_image": 0.012,
+            "fp32_defaults": {"matmuls": "none", "convolutions": "tf32"},
             "data_sources": {
                 "fashion-mnist": {"synthetic": True, "detail": "4096 train / 2000 test"}
             },
@@ -82,6 +83,10 @@ def test_benchmark_writes_the_notebooks_table(tmp_path, monkeypatch):
     assert "| reference (d2l) | yes | 4.000 |" in md and "| uint8 in memory | yes | 2.000 |" in md
     assert (
         "0.012 GFLOP per training image" in md and "reference 0.8000, fast 0.8100 (+1.00 pp)" in md
+    )
+    assert (
+        "- fp32 precision: the reference keeps PyTorch's defaults, matmuls 'none' "
+        "('none': inherited 'ieee'), convolutions 'tf32'" in md
     )
     data = json.loads((tmp_path / "results" / "bench_capstone.json").read_text())
     assert [r["ratio"] for r in data["bench_table"]] == [1.0, 2.0, None]

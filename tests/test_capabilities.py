@@ -270,52 +270,88 @@ def test_notebook_07_precisions_skip_with_the_reason(
     assert said in capsys.readouterr().out
 
 
+FP16_BAR = ("fp16 autocast + GradScaler", {"precision": "fp16"})
+BF16_BAR = ("bf16 autocast", {"precision": "bf16"})
+
+
 @pytest.mark.parametrize(
-    "described, skipped, graphs",
+    "described, skipped, graphs, low",
     [
-        (
-            T4,
-            {"TF32 matmuls": "no TF32 tensor cores", "bf16 autocast": "has no native bf16"},
-            {"mode": "reduce-overhead"},
-        ),
+        (T4, {"TF32": "no TF32 tensor cores"}, {"mode": "reduce-overhead"}, FP16_BAR),
         (
             P100_OLD_WHEEL,
             {
-                "TF32 matmuls": "no TF32",
-                "bf16 autocast": "no native bf16",
+                "TF32": "no TF32",
                 "torch.compile": "Triton needs compute capability 7.0+",
                 "+ CUDA graphs": "needs torch.compile",
             },
             {"mode": "reduce-overhead"},
+            FP16_BAR,
         ),
-        (TABLE[4][1], {}, {"mode": "reduce-overhead"}),
+        (
+            TABLE[2][1] | {"arch_list": OLD_WHEEL},
+            {"TF32": "no TF32"},
+            {"mode": "reduce-overhead"},
+            FP16_BAR,
+        ),
+        (TABLE[4][1], {}, {"mode": "reduce-overhead"}, BF16_BAR),
+        (TABLE[8][1], {}, {"mode": "reduce-overhead"}, BF16_BAR),
+        (
+            TABLE[10][1],
+            {
+                "cudnn.benchmark": "cuDNN",
+                "TF32": "TF32",
+                "bf16 autocast": "macOS 14",
+                "torch.compile": "Metal",
+                "+ CUDA graphs": "needs a CUDA GPU",
+            },
+            {},
+            BF16_BAR,
+        ),
         (
             CPU,
             {
                 "cudnn.benchmark": "cuDNN",
-                "TF32 matmuls": "TF32",
+                "TF32": "TF32",
                 "+ CUDA graphs": "needs a CUDA GPU",
             },
             {},
+            BF16_BAR,
         ),
     ],
-    ids=["T4", "P100", "A10G", "CPU"],
+    ids=["T4", "P100", "V100", "A10G", "H100", "Apple-macOS13", "CPU"],
 )
-def test_notebook_12_bars_skip_with_the_reason(described, skipped, graphs, monkeypatch):
+def test_notebook_18_bars_skip_with_the_reason(described, skipped, graphs, low, monkeypatch):
+    """Which bars the capstone runs: fp16 with a GradScaler where bf16 is not native (T4, V100),
+    bf16 where it is; TF32 switches matmuls and convolutions and says what changed."""
     ns = {
         "devices": devices,
         "capstone": capstone,
+        "torch": torch,
         "device": _as_if_on(monkeypatch, described),
         "BATCH": 64,
         "BIG_BATCH": 128,
         "COMPILE": True,
     }
-    exec(_cell("18_capstone.ipynb", "NEEDS = {"), ns)
+    matmul, conv = torch.backends.cuda.matmul, torch.backends.cudnn.conv
+    before = matmul.fp32_precision, conv.fp32_precision
+    try:  # PyTorch's defaults on a CUDA build: fp32 matmuls ("none": inherited "ieee"), TF32 convs
+        matmul.fp32_precision, conv.fp32_precision = "none", "tf32"
+        exec(_cell("18_capstone.ipynb", "NEEDS = {"), ns)
+    finally:
+        matmul.fp32_precision, conv.fp32_precision = before
     assert set(ns["skip"]) == set(skipped)
     assert all(why in ns["skip"][bar] for bar, why in skipped.items()), ns["skip"]
     assert dict(ns["changes"][8][1]) == {
         "compile": graphs
     }  # "+ CUDA graphs": reduce-overhead on CUDA only
+    name, change, what = ns["changes"][5]
+    assert (name, change) == low and ("GradScaler" in what) is (low == FP16_BAR)
+    capstone.Recipe("r", data="memory").but(name, **change)  # a recipe the loop can train
+    name, change, what = ns["changes"][4]
+    assert (name, change) == ("TF32", {"tf32": True})
+    assert ns["DEFAULTS"] == {"matmuls": "none", "convolutions": "tf32"}
+    assert what.endswith("changed from the defaults: matmuls")  # convolutions were TF32 already
 
 
 def test_device_decisions_are_asked_of_capabilities():

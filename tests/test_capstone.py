@@ -83,7 +83,7 @@ def test_build_net_inits_and_is_reproducible():
             "Recipe: lr_schedule must be one of 'constant', 'linear-decay'",
         ),
         (dict(lr_schedule="linear-decay"), "book's loop"),
-        (dict(precision="fp16"), "Recipe: precision must be one of 'fp32', 'bf16'"),
+        (dict(precision="fp8"), "Recipe: precision must be one of 'fp32', 'bf16', 'fp16'"),
         (dict(batch_size=0), "Recipe: batch_size must be an int >= 1, got 0"),
         (dict(lr=-0.1), "Recipe: lr must be a positive finite number"),
     ],

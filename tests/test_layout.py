@@ -16,7 +16,7 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 # A notebook, found by words of its title, and the calls its own code cells must make.
 TECHNIQUE_CALLS = {
-    "Why is it slow": ["set_float32_matmul_precision(", "copy_(", "torch.compile("],
+    "Why is it slow": ["matmul.fp32_precision =", "copy_(", "torch.compile("],
     "DataLoader workers": ["DataLoader(", "num_workers="],
     "CPU threads": [
         "cpu_threads(",
