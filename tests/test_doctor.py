@@ -17,7 +17,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, TensorDataset
 
-from helpers import doctor
+from helpers import devices, doctor
 from helpers.doctor import counting, rules, watcher
 from helpers.doctor.counting import OpCounter
 from helpers.doctor.session import Session, cores
@@ -289,7 +289,7 @@ import json, multiprocessing as mp, sys, time
 import torch
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, Dataset
-from helpers import doctor
+from helpers import devices, doctor
 
 class SlowSquares(Dataset):
     def __len__(self):
@@ -439,3 +439,14 @@ def test_a_measured_stall_with_copies_never_promises_the_read_fix_alone(reads):
         assert rules.READ_FIX not in sync.fix
     only_reads = rules.sync_bound(m(**{**vars(gpu), "sync_ops": {"_local_scalar_dense": 2}}))
     assert only_reads.fix == rules.READ_FIX and only_reads.notebook == "07_item_hygiene.ipynb"
+
+
+def test_tf32_state_is_read_through_the_api_a_script_used():
+    """A script that set TF32 the new way (notebook 11) makes the legacy getter raise on the
+    GPU; the doctor reads the fp32_precision settings, and sees full fp32 by default."""
+    from helpers.doctor import profiled
+
+    assert profiled._matmul_fp32_precision() == "ieee"
+    with devices.fp32_precision("tf32"):
+        assert profiled._matmul_fp32_precision() == "tf32"
+    assert profiled._matmul_fp32_precision() == "ieee"

@@ -74,8 +74,17 @@ def _from_profiler(prof: torch.profiler.profile, w: object, m: Measured) -> None
         m.stall_s = 1e-6 * stall / w.steps
         m.tensor_cores_idle = (
             devices.capabilities("cuda").ok("tf32")  # TF32 tensor cores: 8.0+
-            and torch.get_float32_matmul_precision() == "highest"
+            and _matmul_fp32_precision() == "ieee"
         )
+
+
+def _matmul_fp32_precision() -> str:
+    """cuBLAS's fp32 setting through the fp32_precision API (the legacy getter raises once a
+    script set the new one, as notebook 11 teaches); 'none' inherits the global setting."""
+    for setting in (torch.backends.cuda.matmul.fp32_precision, torch.backends.fp32_precision):
+        if setting != "none":
+            return setting
+    return "ieee"  # neither set: PyTorch's default, full fp32
 
 
 def _memory(session: object, m: Measured) -> None:

@@ -293,7 +293,7 @@ def no_tensor_cores(m: Measured) -> Finding | None:
         "no-tensor-cores",
         f"hot ops in float32 ({', '.join(fp32)}) with TF32 off on a GPU with tensor cores",
         None,
-        "torch.set_float32_matmul_precision('high') (TF32), or "
+        "torch.backends.cuda.matmul.fp32_precision = 'tf32' (TF32, notebook 11), or "
         "torch.autocast('cuda', dtype=torch.bfloat16) (notebook 10)",
         NOTEBOOKS["no-tensor-cores"],
         rule="fp32 hot ops, TF32 off (the TensorBoard advisor's 0 % tensor-core rule)",
