@@ -885,6 +885,12 @@ CASES = [
         Y4[:2],
     ),
     case(entered(devices.cpu_threads), ValueError, r"cpu_threads: n must be an int >= 1, got 0", 0),
+    case(
+        entered(devices.fp32_precision),
+        ValueError,
+        r"fp32_precision: precision must be one of 'ieee', 'tf32', got 'highest'",
+        "highest",
+    ),
     case(pipelines.cifar_train_transform, ValueError, r"crop must be an int >= 1, got 0", crop=0),
     case(pipelines.tensor_train_transform, ValueError, r"crop must be an int >= 1, got 0", crop=0),
     case(pipelines.tensor_train_transform, ValueError, r"pad must be an int >= 0, got -1", pad=-1),
@@ -1104,9 +1110,9 @@ CASES = [
     case(
         capstone.Recipe,
         ValueError,
-        r"Recipe: precision must be one of 'fp32', 'bf16', got 'fp16'",
+        r"Recipe: precision must be one of 'fp32', 'bf16', 'fp16', got 'fp8'",
         "r",
-        precision="fp16",
+        precision="fp8",
     ),
     # --- later notebooks' modules: one line per case, e.g.
     # case(training.fit, ValueError, r"epochs must be an int >= 1", net, loader, epochs=0),
@@ -1165,7 +1171,12 @@ def test_the_sweep_covers_every_public_helper():
         for c in CASES
         if hasattr(c.fn, "__module__")
     }
-    covered |= {"results.Recorder", "timing.Measurement", "devices.cpu_threads"}  # wrapped above
+    covered |= {  # wrapped above
+        "results.Recorder",
+        "timing.Measurement",
+        "devices.cpu_threads",
+        "devices.fp32_precision",
+    }
     missing = []
     for m in mods:
         short = m.__name__.split(".")[-1]
