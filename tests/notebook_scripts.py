@@ -1,4 +1,5 @@
-"""The scripts notebooks write with `%%writefile {NAME}`: the same text, for tests to run."""
+"""Notebook code for tests to run: the scripts notebooks write with `%%writefile {NAME}`, and a
+code cell found by a line it holds."""
 
 from __future__ import annotations
 
@@ -18,3 +19,12 @@ def write_script(notebook: str, name: str, dest: Path) -> Path:
             dest.write_text(body + "\n")
             return dest
     raise LookupError(f"{notebook} has no cell starting with %%writefile {{{name}}}")
+
+
+def code_cell(notebook: str, marker: str) -> str:
+    """The source of `notebook`'s one code cell that contains `marker`."""
+    cells = nbformat.read(NOTEBOOKS / notebook, as_version=4).cells
+    found = [c.source for c in cells if c.cell_type == "code" and marker in c.source]
+    if len(found) != 1:
+        raise LookupError(f"{notebook}: {len(found)} code cells contain {marker!r}, expected one")
+    return found[0]

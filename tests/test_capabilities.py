@@ -5,7 +5,6 @@ get. No GPU needed: each row is the description `devices.describe` reads from to
 device; the live path is tested with torch.cuda faked, and notebooks 10 and 18's decision cells
 run against a fake T4."""
 
-import json
 import types
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import torch
 import torch._dynamo  # noqa: F401 - imported before the fakes: its import reads what they replace
 
 from helpers import capstone, devices
+from tests.notebook_scripts import code_cell
 from tests.test_devices import fake_accelerator
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -216,16 +216,6 @@ def test_a_gpu_this_torch_has_no_kernels_for_is_named_and_the_cpu_is_used(
 
 
 # ------------------------------------------------------------------- the notebooks' decisions
-def _cell(notebook: str, marker: str) -> str:
-    cells = json.loads((ROOT / "notebooks" / notebook).read_text())["cells"]
-    (src,) = [
-        "".join(c["source"])
-        for c in cells
-        if c["cell_type"] == "code" and marker in "".join(c["source"])
-    ]
-    return src
-
-
 def _as_if_on(monkeypatch, described):
     monkeypatch.setattr(devices, "describe", lambda device=None: described)
     return torch.device(described["kind"])
@@ -265,7 +255,7 @@ def test_notebook_07_precisions_skip_with_the_reason(
         "autocast_step": None,
         "fp16_step": None,
     }
-    exec(_cell("10_mixed_precision.ipynb", 'BF16_HW = caps.bf16 == "native"'), ns)
+    exec(code_cell("10_mixed_precision.ipynb", 'BF16_HW = caps.bf16 == "native"'), ns)
     assert ns["available"] == available and ns["BF16"] is ("bf16" in available)
     assert said in capsys.readouterr().out
 
@@ -337,7 +327,7 @@ def test_notebook_18_bars_skip_with_the_reason(described, skipped, graphs, low, 
     before = matmul.fp32_precision, conv.fp32_precision
     try:  # PyTorch's defaults on a CUDA build: fp32 matmuls ("none": inherited "ieee"), TF32 convs
         matmul.fp32_precision, conv.fp32_precision = "none", "tf32"
-        exec(_cell("18_capstone.ipynb", "NEEDS = {"), ns)
+        exec(code_cell("18_capstone.ipynb", "NEEDS = {"), ns)
     finally:
         matmul.fp32_precision, conv.fp32_precision = before
     assert set(ns["skip"]) == set(skipped)

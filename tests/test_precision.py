@@ -2,7 +2,6 @@
 `fp32_precision` settings, process flags that a CPU machine holds too), notebook 10's true-fp32
 baseline, and the capstone's 16-bit choice over the table of GPUs in `test_capabilities`."""
 
-import json
 import types
 from pathlib import Path
 
@@ -10,6 +9,7 @@ import pytest
 import torch
 
 from helpers import capstone, devices
+from tests.notebook_scripts import code_cell
 from tests.test_capabilities import TABLE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,16 +62,6 @@ def test_fp32_precision_rejects_a_bad_value_naming_the_parameter(bad, flags):
     assert _now() == before  # nothing was set
 
 
-def _cell(notebook: str, marker: str) -> str:
-    cells = json.loads((ROOT / "notebooks" / notebook).read_text())["cells"]
-    (src,) = [
-        "".join(c["source"])
-        for c in cells
-        if c["cell_type"] == "code" and marker in "".join(c["source"])
-    ]
-    return src
-
-
 class _Recorded:
     """`timing.benchmark` that runs the work once and keeps the fp32 flags it ran under."""
 
@@ -97,7 +87,7 @@ def test_notebook_10_times_fp32_as_true_fp32_on_an_ampere_gpu(flags, monkeypatch
     net(X)
     ns = {"torch": torch, "copy": __import__("copy"), "devices": devices, "timing": timing}
     ns |= {"base_net": net, "batches": [(X, y)], "device": torch.device("cpu"), "TIMED_EPOCHS": 1}
-    exec(_cell("10_mixed_precision.ipynb", "def run(name, data=None):"), ns)
+    exec(code_cell("10_mixed_precision.ipynb", "def run(name, data=None):"), ns)
     ns["STEPS_BY_NAME"] = {"fp32": lambda net, opt, X, y: torch.tensor(1.0)}
     ns["run"]("fp32")
     assert timing.seen["fp32"] == ("ieee", "ieee")
@@ -109,7 +99,7 @@ def test_notebook_10_times_fp32_as_true_fp32_on_an_ampere_gpu(flags, monkeypatch
         "BF16": True,
         "rec": types.SimpleNamespace(measure=lambda *a, **k: None),
     }
-    exec(_cell("10_mixed_precision.ipynb", "def block_step(dtype=None):"), ns)
+    exec(code_cell("10_mixed_precision.ipynb", "def block_step(dtype=None):"), ns)
     assert timing.seen["conv block fp32"] == ("ieee", "ieee") and _now() == ("tf32", "tf32")
 
 
