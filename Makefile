@@ -53,13 +53,15 @@ lint: install
 unit: install
 	FTG_PROFILE=smoke $(BIN)/python -m pytest tests -q -m "not learner and not load" -n $(TEST_JOBS)
 
-# Every notebook as a learner uses it (about 15 minutes on 2 cores, so not in `make test`;
-# .ci/run calls it): every notebook in JupyterLab + headless Chromium (the browser test), skip
-# the Explore sections, run everything again, Explore right after the setup; and notebooks 00,
-# 06 and 18 the way Colab/Kaggle run them, from an empty folder; and the capstone benchmark
-# (notebook 18 again, timed: benchmarks/test_capstone_ratio.py).
+# Every notebook as a learner uses it (not in `make test`; .ci/run calls it): every notebook in
+# JupyterLab + headless Chromium (the browser test), skip the Explore sections, run everything
+# again, Explore right after the setup; and notebooks 00, 06 and 18 the way Colab/Kaggle run
+# them, from an empty folder; and the capstone benchmark (notebook 18 again, timed:
+# benchmarks/test_capstone_ratio.py). The passes assert no speed, so they run TEST_JOBS at a time
+# like `make notebooks` (a notebook beside another is what a shared class machine does to it);
+# the hosted-style runs share one fresh environment, so they stay in one worker (xdist_group).
 test-learner: install
-	FTG_PROFILE=smoke $(BIN)/python -m pytest tests -q -m learner
+	FTG_PROFILE=smoke $(BIN)/python -m pytest tests -q -m learner -n $(TEST_JOBS) --dist loadgroup
 	MPLBACKEND=Agg FTG_PROFILE=smoke $(BIN)/python -m pytest benchmarks -q -m learner
 
 # Every notebook alone, then beside one busy process: slower, never stalled (about 10 minutes on

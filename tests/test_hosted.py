@@ -227,6 +227,7 @@ def hosted_python(tmp_path_factory) -> Path:
 
 
 @pytest.mark.learner
+@pytest.mark.xdist_group("hosted")  # one worker builds the fresh environment, once
 @pytest.mark.timeout(1200)  # a hang guard: a lost kernel reply must fail the test, not stall CI
 @pytest.mark.parametrize(
     "name", ["00_your_machine_and_timing", "06_batch_size_and_accumulation", "18_capstone"]
