@@ -63,28 +63,28 @@ def _warn_below_tested_versions() -> None:
     from (torch above all: a hosted notebook keeps its own), before an unrelated error (an API
     that version lacks) could say it less clearly. The bounds are this package's own metadata
     (pyproject.toml), the one place they live."""
-    import re
     import warnings
     from importlib import metadata
 
-    def release(v: str) -> tuple[int, ...]:
-        return tuple(int(x) for x in re.findall(r"\d+", v.split("+")[0])[:3])
-
     try:
-        requirements = metadata.requires("feed-the-gpu") or []
+        declared = metadata.requires("feed-the-gpu") or []
     except metadata.PackageNotFoundError:  # a bare checkout on sys.path
         return
+    from packaging.requirements import Requirement  # a dependency: here once the suite is installed
+    from packaging.version import Version
+
+    requirements = [Requirement(r) for r in declared]
     older = []
     for req in requirements:
-        m = re.fullmatch(r"([\w.-]+)\s*>=\s*([\d.]+)", req.split(";")[0].strip())
-        if m is None or "extra ==" in req:
+        floor = next((s.version for s in req.specifier if s.operator == ">="), None)
+        if floor is None or req.marker is not None:  # an extra's requirement: not ours to judge
             continue
         try:
-            have = metadata.version(m[1])
+            have = metadata.version(req.name)
         except metadata.PackageNotFoundError:  # missing: pip (or the setup cell) installs it
             continue
-        if release(have) < release(m[2]):
-            older.append((f"{m[1]} {have} (tested from {m[2]})", f"'{m[1]}>={m[2]}'"))
+        if Version(have).release < Version(floor).release:  # 2.11.0+cu130 counts as 2.11.0
+            older.append((f"{req.name} {have} (tested from {floor})", f"'{req.name}>={floor}'"))
     if older:
         warnings.warn(
             f"Feed the GPU is tested on newer versions than this environment has: "

@@ -10,10 +10,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-import matplotlib
-
-matplotlib.rcParams.setdefault("figure.dpi", 90)
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 _Fn = TypeVar("_Fn", bound=Callable[..., Any])
 

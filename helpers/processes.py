@@ -10,11 +10,11 @@ import ctypes.util
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 import psutil
 
-PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
+PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 1, 36, 37
 _PRCTL = None  # looked up once, so the pre-exec hook below only makes the call
 if sys.platform.startswith("linux"):
     with contextlib.suppress(OSError, AttributeError):
@@ -36,9 +36,33 @@ def parent_death_hook(sig: int = signal.SIGTERM) -> Callable[[], None] | None:
     return hook
 
 
-def become_subreaper() -> bool:
-    """Linux: orphaned descendants are re-parented here, not to init, so `end_tree` finds them."""
-    return _PRCTL is not None and _PRCTL(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+@contextlib.contextmanager
+def subreaper() -> Iterator[bool]:
+    """Linux, inside the block: orphaned descendants are re-parented here, not to init, so
+    `end_tree` finds them; the caller's setting after it. Yields whether it is in effect."""
+    if _PRCTL is None:
+        yield False
+        return
+    was = ctypes.c_int(0)
+    _PRCTL(PR_GET_CHILD_SUBREAPER, ctypes.byref(was), 0, 0, 0)
+    on = _PRCTL(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    try:
+        yield on
+    finally:
+        _PRCTL(PR_SET_CHILD_SUBREAPER, was.value, 0, 0, 0)
+
+
+def descendants() -> set[int]:
+    """The pids of every process below this one now: what `started_since` leaves alone."""
+    with contextlib.suppress(psutil.Error):
+        return {p.pid for p in psutil.Process().children(recursive=True)}
+    return set()
+
+
+def started_since(before: set[int]) -> list[int]:
+    """Descendants that were not there in `before` (`descendants()`): end these, not processes
+    the caller had started for itself."""
+    return sorted(descendants() - before)
 
 
 def end_tree(roots: Iterable[int] | None = None, grace: float = 3.0) -> list[int]:

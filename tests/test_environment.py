@@ -135,3 +135,39 @@ def test_import_names_torch_and_the_floor_when_torch_is_older(monkeypatch):
             assert f"torch {installed} (tested from {floor})" in lines[0]
             assert f"pip install 'torch>={floor}'" in lines[0]
             assert "\n" not in lines[0]
+
+
+# DALI comes from NVIDIA's own package index for one CUDA version, so no extra can name it;
+# helpers/pipelines.py imports it only when present and says how to install it otherwise.
+UNDECLARED_ON_PURPOSE = {"nvidia"}
+
+
+def test_every_package_the_helpers_import_is_declared():
+    """A package the helpers import but pyproject.toml does not declare works here by accident
+    (another package pulled it in) and fails on a machine where nothing does."""
+    import ast
+    import sys
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    project = _project()
+    specs = project["dependencies"] + sum(project["optional-dependencies"].values(), [])
+    declared = {Requirement(s).name.lower().replace("_", "-") for s in specs}
+    providers = metadata.packages_distributions()
+    undeclared = {}
+    for path in sorted((ROOT / "helpers").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for top in {n.split(".")[0] for n in names}:
+                if top in sys.stdlib_module_names or top in ("helpers", *UNDECLARED_ON_PURPOSE):
+                    continue
+                dists = {d.lower().replace("_", "-") for d in providers.get(top, [top])}
+                if not dists & declared:
+                    undeclared.setdefault(top, []).append(path.relative_to(ROOT).as_posix())
+    assert not undeclared, f"imported but not declared in pyproject.toml: {undeclared}"

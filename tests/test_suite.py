@@ -1,3 +1,11 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import nbformat
 import pytest
 
@@ -119,15 +127,40 @@ def test_executed_copies_carry_the_plots_even_from_a_shell_with_agg(tmp_path, mo
     assert any("image/png" in o.get("data", {}) for o in outputs), [o.output_type for o in outputs]
 
 
-# --- make run never loses or misrepresents results ---------------------------------------------
+def test_main_restores_the_environment_and_ends_only_what_it_started(tmp_path, monkeypatch):
+    """A caller (a test runner, a CI script, a notebook) keeps its environment and its own
+    processes; the notebook's leftover process is ended."""
+    nbs = tmp_path / "notebooks"
+    nbs.mkdir()
+    nb = nbformat.v4.new_notebook()
+    sleeper = "[sys.executable, '-c', 'import time; time.sleep(60)']"
+    leftover = f"import subprocess, sys\nsubprocess.Popen({sleeper})"
+    nb.cells = [nbformat.v4.new_code_cell(leftover)]
+    nbformat.write(nb, nbs / "99_leaves_a_process.ipynb")
+    monkeypatch.setattr(runner, "NOTEBOOKS", nbs)
+    monkeypatch.delenv("FTG_RESULTS_DIR", raising=False)
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    before = dict(os.environ)
+    mine = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert runner.main(["--profile", "smoke", "--notebooks", "99_*"]) == 0
+        assert mine.poll() is None, "main() ended a process its caller had started"
+        assert dict(os.environ) == before
+        run = json.loads((tmp_path / "build" / "latest" / "run.json").read_text())
+        assert "were ended" in run["notebooks"]["99_leaves_a_process"]["note"]
+    finally:
+        mine.kill()
+        mine.wait()
 
-import json  # noqa: E402
-import os  # noqa: E402
-import signal  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
+
+def test_importing_the_runner_imports_no_torch():
+    """`python -m helpers.suite --help`, the report and the tests start without torch's seconds."""
+    code = "import sys, helpers.suite.runner; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+# --- make run never loses or misrepresents results ---------------------------------------------
 
 import psutil  # noqa: E402
 

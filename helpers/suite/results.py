@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from .. import paths
-from ..devices import hardware_summary
 from ..profiles import PROFILES, Profile
 from .claims import RULES, judge, kind_of
 
@@ -45,6 +44,8 @@ class Recorder:
                 f"Recorder: profile must be a Profile, a profile name such as "
                 f"{' or '.join(repr(p) for p in PROFILES)}, or None; got {profile!r}"
             )
+        from .. import devices  # torch: for a notebook that records, not for the runner or report
+
         self.notebook = notebook
         self.directory = Path(directory) if directory is not None else paths.results_dir()
         self.path = self.directory / f"{notebook}.json"
@@ -52,7 +53,7 @@ class Recorder:
             "notebook": notebook,
             "profile": profile.name if isinstance(profile, Profile) else profile,
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "hardware": hardware_summary(),
+            "hardware": devices.hardware_summary(),
             "data_sources": {},
             "measurements": [],
             "verdicts": [],

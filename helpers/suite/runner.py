@@ -12,12 +12,14 @@ kernel and all it started; the report of what finished is marked interrupted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,7 @@ from . import report, runs
 NOTEBOOKS = paths.ROOT / "notebooks"
 save_reference = runs.save_reference  # `--save-reference`, and tests
 _stopped_by: list[int] = []  # the signal that asked the run to stop (empty while it goes on)
+_ours_before: set[int] = set()  # processes the caller ran before main(): never ours to end
 
 
 def notebook_paths(pattern: str = "*", source: Path | None = None) -> list[Path]:
@@ -151,7 +154,7 @@ def _on_signal(signum: int, frame: Any) -> None:
             file=sys.stderr,
             flush=True,
         )
-    processes.end_tree(grace=2.0)
+    processes.end_tree(processes.started_since(_ours_before), grace=2.0)
 
 
 def choose_profile(cli: str | None) -> tuple[str, str]:
@@ -224,7 +227,8 @@ def _run_all(nbs: list[Path], run: Path, log: dict[str, Any], timeout: int) -> N
         log["notebooks"][nb_path.stem] = {"status": "running"}
         _publish(run, log)
         res = execute(nb_path, run / "notebooks", timeout)
-        left = processes.end_tree(grace=2.0)  # workers or ranks the notebook left
+        # workers or ranks the notebook left (not the processes the caller had started)
+        left = processes.end_tree(processes.started_since(_ours_before), grace=2.0)
         if left and res["status"] == "ok":
             res["note"] = f"{len(left)} process(es) it left running were ended"
         log["notebooks"][nb_path.stem] = res
@@ -243,15 +247,36 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Profile: {profile} ({why})")
     if profile == "full" and not _confirm_full(args.yes):
         return 2
-    os.environ[profiles.ENV_VAR] = profile  # the kernels inherit it
-    # Inline, whatever the caller set
-    # (a shell with MPLBACKEND=Agg would leave the copies without plots).
-    os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
-    # keep the profiler's C++ logging out of the progress
-    os.environ.setdefault("KINETO_LOG_LEVEL", "5")
     run = runs.new_run_dir()
-    # the kernels record into this run's folder
-    os.environ["FTG_RESULTS_DIR"] = str(run / "results")
+    kernel_env = {
+        profiles.ENV_VAR: profile,  # the kernels inherit it
+        # inline, whatever the caller set (MPLBACKEND=Agg would leave the copies without plots)
+        "MPLBACKEND": "module://matplotlib_inline.backend_inline",
+        # keep the profiler's C++ logging out of the progress
+        "KINETO_LOG_LEVEL": os.environ.get("KINETO_LOG_LEVEL", "5"),
+        "FTG_RESULTS_DIR": str(run / "results"),  # the kernels record into this run's folder
+    }
+    with _environ(kernel_env):
+        return _run(args, nbs, profile, why, run)
+
+
+@contextlib.contextmanager
+def _environ(values: dict[str, str]) -> Iterator[None]:
+    """`values` in os.environ inside the block (the kernels inherit them), the caller's after."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _run(args: argparse.Namespace, nbs: list[Path], profile: str, why: str, run: Path) -> int:
+    """The run itself, in `run`'s folder; the exit status."""
     runs.point_latest(run)
     print(f"Running {len(nbs)} notebooks; this run's folder: {run}")
     log: dict[str, Any] = {
@@ -263,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
         "notebooks": {},
     }
     _publish(run, log)  # from now on build/report.* describe this run, never the one before
-    processes.become_subreaper()  # ranks orphaned by a dying kernel stay ours to end
+    _ours_before.clear()
+    _ours_before.update(processes.descendants())
     in_main = threading.current_thread() is threading.main_thread()
     old = (
         {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -271,7 +297,8 @@ def main(argv: list[str] | None = None) -> int:
         else {}
     )
     try:
-        _run_all(nbs, run, log, args.timeout)
+        with processes.subreaper():  # ranks orphaned by a dying kernel stay ours to end
+            _run_all(nbs, run, log, args.timeout)
     finally:
         for s, h in old.items():
             signal.signal(s, h)

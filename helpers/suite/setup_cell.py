@@ -12,11 +12,12 @@ built for its GPU). Only the standard library at the top: this runs right after 
 from __future__ import annotations
 
 import importlib.metadata as md
-import re
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
+
+from packaging.requirements import Requirement
 
 from .. import paths
 
@@ -36,11 +37,13 @@ def install_missing(dist: str = "feed-the-gpu") -> list[str]:
     """pip-install the requirements of `dist` that are missing, and return them; an older version
     stays (importing `helpers` names those below the tested lower bound)."""
     missing = []
-    for req in (r for r in md.requires(dist) or [] if "extra ==" not in r):
+    for req in (Requirement(r) for r in md.requires(dist) or []):
+        if req.marker is not None:  # an extra's (d2l, dev, report): not the notebooks' needs
+            continue
         try:
-            md.version(re.match(r"[\w.-]+", req)[0])
+            md.version(req.name)
         except md.PackageNotFoundError:
-            missing.append(req.split(";")[0].strip())
+            missing.append(str(req))
     if missing:
         subprocess.run(
             [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", *missing],
