@@ -29,7 +29,6 @@ from torch import nn
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 from . import devices
 from .checks import check_choice, check_int, check_number
@@ -279,6 +278,19 @@ class SavedTensors(torch.autograd.graph.saved_tensors_hooks):
         return sum({ptr: n for ref, ptr, n in self._refs if ref() is not None}.values())
 
 
+def _tensors(tree: Any) -> Iterator[torch.Tensor]:
+    """The tensors in an operator's arguments or outputs (tuples, lists, dicts of them): torch's
+    own tree walker is private."""
+    if isinstance(tree, torch.Tensor):
+        yield tree
+    elif isinstance(tree, (list, tuple)):
+        for item in tree:
+            yield from _tensors(item)
+    elif isinstance(tree, dict):
+        for item in tree.values():
+            yield from _tensors(item)
+
+
 class PeakTensorBytes(TorchDispatchMode):
     """`m.peak`: the most bytes of tensors made inside the `with` block alive at once (a CPU has
     no allocator peak). It weakly tracks every new storage an operator outputs; a view or
@@ -294,17 +306,16 @@ class PeakTensorBytes(TorchDispatchMode):
         # forget freed storages first: a new storage may reuse a freed one's address
         self._live = {k: v for k, v in self._live.items() if not v[0].expired()}
         self._before = {k: ref for k, ref in self._before.items() if not ref.expired()}
-        inputs = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        inputs = list(_tensors((args, kwargs)))
         for ref in (StorageWeakRef(t.untyped_storage()) for t in inputs):
             if ref.cdata not in self._live:
                 self._before.setdefault(ref.cdata, ref)
         out = func(*args, **(kwargs or {}))
-        for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor):
-                storage = t.untyped_storage()
-                ref = StorageWeakRef(storage)
-                if ref.cdata not in self._before:
-                    self._live.setdefault(ref.cdata, (ref, storage.nbytes()))
+        for t in _tensors(out):
+            storage = t.untyped_storage()
+            ref = StorageWeakRef(storage)
+            if ref.cdata not in self._before:
+                self._live.setdefault(ref.cdata, (ref, storage.nbytes()))
         self.current = sum(n for _, n in self._live.values())
         self.peak = max(self.peak, self.current)
         return out
