@@ -270,8 +270,16 @@ def _skipped_techniques(
             f"{who} has no native bf16 (that needs 8.0+); emulated bf16 would measure the emulation"
         )
     if not cuda:
+        # fp16 + GradScaler is timed on CUDA GPUs only. The scaler itself is not CUDA-only:
+        # torch.amp.GradScaler("cpu") is public and it has an MPS path
+        # (https://docs.pytorch.org/docs/stable/amp.html#gradient-scaling,
+        # https://github.com/pytorch/pytorch/blob/v2.14.0/torch/amp/grad_scaler.py); a CPU has no
+        # fast fp16 kernels, so timing fp16 there would time an emulation.
         skip |= {
-            "fp16": f"fp16 autocast with a GradScaler is a CUDA-GPU technique; this is a {kind}",
+            "fp16": "a CPU has no fast fp16 kernels: timing fp16 here would time an emulation"
+            if kind == "cpu"
+            else f"fp16 + GradScaler is timed on CUDA GPUs only; the suite has not timed it on an "
+            f"{_NAMES[kind]}",
             "cuda graphs": "needs a CUDA GPU",
             "cudnn": "cuDNN is NVIDIA's GPU library: no effect on this device",
             "tf32": "TF32 is an NVIDIA tensor-core format: no effect on this device",

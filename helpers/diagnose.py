@@ -27,6 +27,16 @@ INPUT_BOUND = 0.30  # at least this share of step time waiting for data: the loo
 NOTICEABLE = 0.10  # at least this share: a cost worth knowing, not yet the bottleneck
 
 
+def profiler_activities(device: str | torch.device) -> list[ProfilerActivity]:
+    """What `torch.profiler.profile` records on `device`: the CPU side, plus the GPU's kernels
+    and copies on CUDA (`ProfilerActivity.CUDA`) and on Intel GPUs (`ProfilerActivity.XPU`).
+    `ProfilerActivity` has no MPS member: on an Apple GPU it records the CPU side only.
+    https://docs.pytorch.org/docs/stable/profiler.html#torch.profiler.profile"""
+    kind = torch.device(device).type
+    gpu = {"cuda": ProfilerActivity.CUDA, "xpu": ProfilerActivity.XPU}.get(kind)
+    return [ProfilerActivity.CPU] + ([gpu] if gpu is not None else [])
+
+
 def wait_verdict(wait_fraction: float) -> tuple[str, str]:
     """(kind, sentence) for a share of step time spent waiting for data; kind is
     'input-bound', 'noticeable' or 'not input-bound'."""
@@ -148,10 +158,7 @@ class StepWindow:
     def __call__(self, step: int) -> None:
         if step == self.warmup and self.prof is None:
             synchronize(self.device)
-            acts = [ProfilerActivity.CPU] + (
-                [ProfilerActivity.CUDA] if self.device.type == "cuda" else []
-            )
-            self.prof = profile(activities=acts)
+            self.prof = profile(activities=profiler_activities(self.device))
             self.prof.start()
             self._running = True
             self.t0 = time.perf_counter()
@@ -171,7 +178,8 @@ class StepWindow:
     @property
     def busy_fraction(self) -> float | None:
         """Kernel time (GPU) or operator self time (CPU) over the window's wall time; None when
-        the loop never reached the window, or where torch.profiler times no kernels (MPS, XPU)."""
+        the loop never reached the window, or where kernel time is not read (MPS records none;
+        XPU records its kernels, this reads CUDA's only)."""
         if (
             self.prof is None
             or self._running

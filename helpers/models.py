@@ -116,7 +116,12 @@ def small_cnn(in_channels: int = 3, num_classes: int = 10, width: int = 16) -> n
 
 
 # (regex on torch.cuda.get_device_name(), {precision: dense TFLOP/s}); first match wins, so the
-# more specific names come first. None = the card has no such hardware path.
+# more specific names come first. None = the card has no such hardware path (bf16 and TF32 on a
+# V100 or T4), except the B200's fp32: it has FP32 units, but this table holds no plain-FP32 peak
+# sourced from NVIDIA's B200 datasheet, so fraction_of_peak says "unknown" rather than guess.
+# V100 (https://images.nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-1165301-r5.pdf):
+# the PCIe card ("Tesla V100-PCIE-16GB") clocks lower than the SXM2 module: 14 / 112 TFLOP/s
+# fp32 / fp16 tensor against 15.7 / 125; other V100 names (V100S, FHHL, SXM3) are not in it.
 PEAK_TFLOPS: list[tuple[str, dict[str, float | None]]] = [
     (r"B200", {"bf16": 2250.0, "fp16": 2250.0, "tf32": 1100.0, "fp32": None}),
     (r"H100.*PCIe", {"bf16": 756.5, "fp16": 756.5, "tf32": 378.0, "fp32": 51.2}),
@@ -126,7 +131,8 @@ PEAK_TFLOPS: list[tuple[str, dict[str, float | None]]] = [
     (r"L40S", {"bf16": 362.1, "fp16": 362.1, "tf32": 183.0, "fp32": 91.6}),
     (r"\bL4\b", {"bf16": 121.0, "fp16": 121.0, "tf32": 60.0, "fp32": 30.3}),
     (r"\bA10\b", {"bf16": 125.0, "fp16": 125.0, "tf32": 62.5, "fp32": 31.2}),
-    (r"V100", {"bf16": None, "fp16": 125.0, "tf32": None, "fp32": 15.7}),
+    (r"V100-PCIE", {"bf16": None, "fp16": 112.0, "tf32": None, "fp32": 14.0}),
+    (r"V100-SXM2", {"bf16": None, "fp16": 125.0, "tf32": None, "fp32": 15.7}),
     (r"\bT4\b", {"bf16": None, "fp16": 65.0, "tf32": None, "fp32": 8.1}),
     (r"RTX 4090", {"bf16": 165.2, "fp16": 165.2, "tf32": 82.6, "fp32": 82.6}),
     (r"RTX 3090", {"bf16": 71.0, "fp16": 71.0, "tf32": 35.6, "fp32": 35.6}),

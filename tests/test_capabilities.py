@@ -238,7 +238,7 @@ T4, P100_OLD_WHEEL, CPU = TABLE[0][1], TABLE[1][1] | {"arch_list": OLD_WHEEL}, T
         (
             TABLE[9][1],
             ["fp32", "bf16"],
-            "fp16: skipped — fp16 autocast with a GradScaler is a CUDA-GPU technique",
+            "fp16: skipped — fp16 + GradScaler is timed on CUDA GPUs only",
         ),
         (CPU, ["fp32", "bf16"], "bf16: no bf16 instructions on this CPU: EMULATED (slow)"),
     ],

@@ -99,3 +99,12 @@ def test_wait_verdict_either_side_of_its_thresholds(wait):
         else "not input-bound"
     )
     assert kind == expected and f"{100 * wait:.0f} %" in sentence
+
+
+def test_profiler_activities_ask_for_the_gpu_kernels_where_torch_profiler_records_them():
+    from torch.profiler import ProfilerActivity as A
+
+    assert diagnose.profiler_activities("cpu") == [A.CPU]
+    assert diagnose.profiler_activities("cuda") == [A.CPU, A.CUDA]
+    assert diagnose.profiler_activities("xpu") == [A.CPU, A.XPU]
+    assert diagnose.profiler_activities("mps") == [A.CPU]  # no MPS activity exists

@@ -95,6 +95,8 @@ def test_wrappers_are_unwrapped_and_model_untouched():
         ("NVIDIA A100-SXM4-80GB", "tf32", 156.0),
         ("NVIDIA A10", "bf16", 125.0),
         ("Tesla V100-SXM2-16GB", "fp16", 125.0),
+        ("Tesla V100-PCIE-32GB", "fp16", 112.0),  # a PCIe card clocks lower than the SXM2 module
+        ("Tesla V100-PCIE-16GB", "fp32", 14.0),
     ],
 )
 def test_peak_table(name, precision, tflops):
@@ -104,6 +106,8 @@ def test_peak_table(name, precision, tflops):
 def test_unknown_devices_give_none_not_a_guess():
     assert models.peak_flops("Intel(R) Xeon(R) CPU") is None
     assert models.peak_flops("Tesla V100-SXM2-16GB", "bf16") is None  # no bf16 hardware
+    assert models.peak_flops("Tesla V100S-PCIE-32GB", "fp16") is None  # not in the table
+    assert models.peak_flops("NVIDIA B200", "fp32") is None  # no sourced plain-FP32 peak
     assert models.fraction_of_peak(1e12, "some laptop") is None
     assert models.fraction_of_peak(494.7e12, "NVIDIA H100 80GB HBM3", "bf16") == pytest.approx(0.5)
 

@@ -22,6 +22,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode
 
+from ..diagnose import profiler_activities
 from .counting import OpCounter
 from .rules import Measured, Trial
 
@@ -162,9 +163,7 @@ class Session:
 
     # --- the instruments -------------------------------------------------------------------
     def _start_profiler(self) -> None:
-        acts = [ProfilerActivity.CPU]
-        if self.device is not None and self.device.type == "cuda":
-            acts.append(ProfilerActivity.CUDA)
+        acts = [ProfilerActivity.CPU] if self.device is None else profiler_activities(self.device)
         self.prof = profile(activities=acts)
         self.prof.__enter__()
 
