@@ -104,14 +104,13 @@ def run(
     try:
         for r in range(nprocs):
             p = subprocess.Popen(
-                [sys.executable, str(script), *map(str, args)],
+                processes.dies_with_parent([sys.executable, str(script), *map(str, args)]),
                 env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
                 cwd=folder,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,
                 start_new_session=True,
-                preexec_fn=processes.parent_death_hook(),
             )
             procs.append(p)
             threading.Thread(target=_follow, args=(r, p, q), daemon=True).start()

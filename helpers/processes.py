@@ -8,32 +8,43 @@ import contextlib
 import ctypes
 import ctypes.util
 import os
-import signal
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import psutil
 
 PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 1, 36, 37
-_PRCTL = None  # looked up once, so the pre-exec hook below only makes the call
+_PRCTL = None  # Linux only: the subreaper switch; its presence says the bootstrap can work
 if sys.platform.startswith("linux"):
     with contextlib.suppress(OSError, AttributeError):
         _PRCTL = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).prctl
 
 
-def parent_death_hook(sig: int = signal.SIGTERM) -> Callable[[], None] | None:
-    """A `preexec_fn` for `subprocess.Popen`: the child gets `sig` when this process (more
-    exactly, the thread that starts it) ends, however it ends. None where prctl is missing."""
+# Run in the child before its program: it asks for the parent-death signal itself, so the parent
+# needs no `preexec_fn` (which Python documents as unsafe in a process with threads, as every
+# Jupyter kernel is). The signal comes when the parent *thread* that started it ends.
+_BOOTSTRAP = """import ctypes, ctypes.util, os, runpy, signal, sys
+parent, sys.argv = int(sys.argv[1]), sys.argv[2:]
+libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+libc.prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
+if os.getppid() != parent:  # the parent died before the call: nothing would signal us
+    os.kill(os.getpid(), signal.SIGTERM)
+if sys.argv[0] == "-c":
+    code, sys.argv = sys.argv[1], ["-c", *sys.argv[2:]]
+    exec(compile(code, "<string>", "exec"), {"__name__": "__main__"})
+else:
+    sys.path[0] = os.path.dirname(os.path.abspath(sys.argv[0]))
+    runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def dies_with_parent(argv: list[str]) -> list[str]:
+    """`argv`, a Python command line (`[python, script, *args]` or `[python, "-c", code]`),
+    changed so that the child gets SIGTERM when this process ends, however it ends (Linux; the
+    same `argv` elsewhere)."""
     if _PRCTL is None:
-        return None
-    parent = os.getpid()
-
-    def hook() -> None:
-        _PRCTL(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before the call: nothing would signal us
-            os.kill(os.getpid(), sig)
-
-    return hook
+        return list(argv)
+    return [argv[0], "-c", _BOOTSTRAP, str(os.getpid()), *argv[1:]]
 
 
 @contextlib.contextmanager

@@ -250,3 +250,30 @@ def test_end_tree_ends_the_process_tree_without_killpg(monkeypatch):
     finally:
         if p.poll() is None:
             p.kill()
+
+
+def test_no_process_is_started_with_a_preexec_fn():
+    """Python documents `preexec_fn` as unsafe in a process with threads, and a Jupyter kernel
+    has threads: children ask for their parent-death signal themselves (`dies_with_parent`)."""
+    import ast
+
+    root = Path(__file__).resolve().parents[1] / "helpers"
+    uses = [
+        f"{p.relative_to(root.parent)}:{node.lineno}"
+        for p in root.rglob("*.py")
+        for node in ast.walk(ast.parse(p.read_text()))
+        if isinstance(node, ast.keyword) and node.arg == "preexec_fn"
+    ]
+    assert not uses, uses
+
+
+def test_a_child_started_through_the_bootstrap_runs_its_script_as_main(tmp_path):
+    script = tmp_path / "child.py"
+    script.write_text("import sys\nprint(__name__, sys.argv[1:], sys.path[0])\n")
+    out = subprocess.run(
+        processes.dies_with_parent([sys.executable, str(script), "a", "b"]),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert out == ["__main__", "['a',", "'b']", str(tmp_path)]
