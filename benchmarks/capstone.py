@@ -31,7 +31,6 @@ from helpers import devices, paths
 from helpers.suite import results, runner, runs
 
 NOTEBOOK = paths.ROOT / "notebooks" / "18_capstone.ipynb"
-PARAMETERS_MARK = "P = profiles.active()"  # the notebook's parameters cell
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -75,15 +74,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 def notebook_with(overrides: list[str]) -> nbformat.NotebookNode:
     """Notebook 18 with a cell setting `overrides` right after its parameters cell."""
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    i = next(
-        i for i, c in enumerate(nb.cells) if c.cell_type == "code" and PARAMETERS_MARK in c.source
-    )
+    (i,) = [i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", [])]
     if overrides:
-        src = (
-            "# injected by benchmarks.capstone\n" + "\n".join(overrides) + "\nprint('overridden:', "
-        )
+        src = "\n".join(overrides) + "\nprint('overridden:', "
         src += ", ".join(repr(o) for o in overrides) + ")"
-        nb.cells.insert(i + 1, nbformat.v4.new_code_cell(src))
+        # papermill's convention: after the cell tagged `parameters`, one tagged injected-parameters
+        injected = nbformat.v4.new_code_cell(src, metadata={"tags": ["injected-parameters"]})
+        nb.cells.insert(i + 1, injected)
     return nb
 
 

@@ -92,7 +92,7 @@ def test_benchmark_writes_the_notebooks_table(tmp_path, monkeypatch):
     assert [r["ratio"] for r in data["bench_table"]] == [1.0, 2.0, None]
     assert data["bench_table"][2]["note"] == "skipped in this profile"
     # the overrides went in right after the notebook's parameters cell
-    i = next(i for i, s in enumerate(fake.sources) if bench.PARAMETERS_MARK in s)
+    i = next(i for i, s in enumerate(fake.sources) if "P = profiles.active()" in s)
     assert "WIDTH=4\nACC_EPOCHS=2" in fake.sources[i + 1]
 
 
@@ -130,9 +130,12 @@ def test_benchmark_rejects_bad_arguments(capsys, argv, message):
     assert message in capsys.readouterr().err
 
 
-def test_notebook_12_has_the_parameters_cell_the_benchmark_overrides():
+def test_notebook_18_has_the_parameters_cell_the_benchmark_overrides():
+    """Papermill's convention: the override cell, tagged injected-parameters, right after the one
+    tagged parameters."""
     nb = bench.notebook_with(["EPOCHS=3"])
-    i = next(i for i, c in enumerate(nb.cells) if bench.PARAMETERS_MARK in c.source)
+    (i,) = [i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", [])]
     for name in ("N_TRAIN", "WIDTH", "BATCH", "BIG_BATCH", "EPOCHS", "ACC_EPOCHS", "COMPILE"):
         assert f"{name} = P.pick(" in nb.cells[i].source
-    assert nb.cells[i + 1].source.splitlines()[1] == "EPOCHS=3"
+    assert nb.cells[i + 1].metadata["tags"] == ["injected-parameters"]
+    assert nb.cells[i + 1].source.splitlines()[0] == "EPOCHS=3"

@@ -4,8 +4,9 @@ The limits: at most 25 code cells, 1,600 words of markdown in all and 200 words 
 cell. A code cell's length is not limited here: formatted code is longer than squeezed code, and
 the README reports the longest cells (scripts/code_size.py) for a reader to judge. The exercises:
 a markdown cell that starts `## Exercises` with a numbered list of at least three, and at least
-three code cells tagged `solution`, each asserting the answer it teaches. A word is what
-`str.split()` finds.
+three code cells tagged `solution`, each asserting the answer it teaches. One code cell is
+tagged `parameters` (papermill's convention: a tool overrides the sizes in a cell after it). A
+word is what `str.split()` finds.
 """
 
 import json
@@ -61,6 +62,9 @@ def problems(cells: list[dict]) -> list[str]:
         for s in solutions
         if "assert" not in s
     ]
+    parameters = [c for c in cells if c["kind"] == "code" and "parameters" in c["tags"]]
+    if len(parameters) != 1:
+        found.append(f"{len(parameters)} code cells tagged 'parameters' (exactly one)")
     return found
 
 
@@ -73,7 +77,8 @@ def _unit(**change) -> list[dict]:
     """A notebook that keeps every limit, with one part changed."""
     cells = {
         "title": [{"kind": "markdown", "source": "# Title\n\nwords " * 10, "tags": []}],
-        "code": [{"kind": "code", "source": "x = 1\n" * 30, "tags": []}] * 22,
+        "parameters": [{"kind": "code", "source": "SIZE = 8", "tags": ["parameters"]}],
+        "code": [{"kind": "code", "source": "x = 1\n" * 30, "tags": []}] * 21,
         "exercises": [
             {
                 "kind": "markdown",
@@ -94,7 +99,8 @@ def _unit(**change) -> list[dict]:
 @pytest.mark.parametrize(
     "change, problem",
     [
-        ({"code": [{"kind": "code", "source": "x = 1", "tags": []}] * 23}, "26 code cells"),
+        ({"code": [{"kind": "code", "source": "x = 1", "tags": []}] * 22}, "26 code cells"),
+        ({"parameters": []}, "0 code cells tagged 'parameters'"),
         (
             {"title": [{"kind": "markdown", "source": "word " * 150, "tags": []}] * 11},
             "words of markdown (at most 1600)",
