@@ -18,6 +18,7 @@ from typing import Any
 import psutil
 import torch
 
+from . import processes
 from .checks import check_choice, check_int, check_number
 
 GPU_TYPES = ("cuda", "mps", "xpu")
@@ -491,9 +492,7 @@ def cpu_threads(n: int) -> Iterator[int]:
         torch.set_num_threads(before)
 
 
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity mask, e.g. a container's limit)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+usable_cores = processes.usable_cores  # the notebooks' name for it
 
 
 def free_cores(window: float = 0.25) -> int:

@@ -63,6 +63,11 @@ def subreaper() -> Iterator[bool]:
         _PRCTL(PR_SET_CHILD_SUBREAPER, was.value, 0, 0, 0)
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask, e.g. a container's limit)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def descendants() -> set[int]:
     """The pids of every process below this one now: what `started_since` leaves alone."""
     with contextlib.suppress(psutil.Error):

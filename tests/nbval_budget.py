@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.processes import usable_cores
 from helpers.suite import catalog
 
 CATALOG = Path(
@@ -27,10 +28,6 @@ CATALOG = Path(
 )
 _durations: dict[str, float] = defaultdict(float)
 _load: dict[str, float] = defaultdict(float)  # the highest 1-minute load average seen per notebook
-
-
-def _cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _load_now() -> float:
@@ -57,10 +54,11 @@ class BudgetItem(pytest.Item):
         if self.entry is None:
             raise AssertionError(f"{self.nb} is missing from notebooks/catalog.toml")
         took, budget = _durations[self.nb], self.entry["budget_seconds"]
-        allowed = allowed_seconds(budget, _load[self.nb], _cores())
+        allowed = allowed_seconds(budget, _load[self.nb], usable_cores())
         if took > allowed:
             stretched = (
-                f" ({allowed:.0f} s allowed: load average {_load[self.nb]:.1f} on {_cores()} cores)"
+                f" ({allowed:.0f} s allowed: load average {_load[self.nb]:.1f} "
+                f"on {usable_cores()} cores)"
                 if allowed > budget
                 else ""
             )

@@ -20,7 +20,8 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, T
 from helpers import devices, doctor
 from helpers.doctor import counting, rules, watcher
 from helpers.doctor.counting import OpCounter
-from helpers.doctor.session import Session, cores
+from helpers.doctor.session import Session
+from helpers.processes import usable_cores as cores
 from tests.notebook_scripts import write_script
 
 

@@ -14,18 +14,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import runpy
-import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import psutil
+
+from .. import processes
 
 if TYPE_CHECKING:
     from .session import Session
@@ -80,25 +80,8 @@ def main(argv: list[str] | None = None) -> int:
             *a.args,
         ]
         # With --json, stdout is the JSON alone: the script's own output goes to stderr.
-        child = subprocess.Popen(cmd, start_new_session=True, stdout=sys.stderr if a.json else None)
-        try:
-            child.wait(timeout=a.timeout)
-            result = (
-                json.loads(out.read_text())
-                if out.is_file()
-                else {
-                    "error": f"the script's process ended (status {child.returncode}) "
-                    "before a diagnosis"
-                }
-            )
-        except subprocess.TimeoutExpired:
-            result = {
-                "error": f"the script ran past --timeout {a.timeout:g} s before the doctor had "
-                "seen enough steps; it was ended",
-                "status": 3,
-            }
-        finally:
-            end_group(child)
+        with processes.subreaper():  # a worker orphaned by the script stays ours to end
+            result = _run_child(cmd, out, a.timeout, sys.stderr if a.json else None)
     if a.json:
         print(
             json.dumps({k: v for k, v in result.items() if k not in ("text", "status")}, indent=1)
@@ -111,18 +94,27 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if "text" in result else result.get("status", 2)
 
 
-def end_group(child: subprocess.Popen) -> None:
-    """End the child's whole process group (its DataLoader workers too): TERM, then KILL."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(child.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            break
-        try:
-            child.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            continue
-    child.wait()
+def _run_child(cmd: list[str], out: Path, timeout: float, stdout: Any) -> dict:
+    """Run the doctor's child on the script; its result, or why there is none. The child, its
+    workers and anything it started end with it (the suite's one way to end a process tree)."""
+    before = processes.descendants()
+    child = subprocess.Popen(cmd, start_new_session=True, stdout=stdout)
+    try:
+        child.wait(timeout=timeout)
+        if out.is_file():
+            return json.loads(out.read_text())
+        return {
+            "error": f"the script's process ended (status {child.returncode}) before a diagnosis"
+        }
+    except subprocess.TimeoutExpired:
+        return {
+            "error": f"the script ran past --timeout {timeout:g} s before the doctor had "
+            "seen enough steps; it was ended",
+            "status": 3,
+        }
+    finally:
+        processes.end_tree(processes.started_since(before), grace=5.0)
+        child.wait()
 
 
 def _watch_children(seen: set[str], stop: threading.Event) -> None:

@@ -22,6 +22,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode
 
+from .. import devices, processes
 from ..diagnose import profiler_activities
 from .counting import OpCounter
 from .rules import Measured, Trial
@@ -44,20 +45,6 @@ class Window:
     waits: list[float] = field(default_factory=list)
     t0: float = 0.0
     t1: float = 0.0
-
-
-def cores() -> int:
-    """Cores this process may use (its affinity, where the OS has one)."""
-    import os
-
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-def synchronize(device: torch.device | None) -> None:
-    if device is not None and device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device is not None and device.type == "mps":
-        torch.mps.synchronize()
 
 
 class Session:
@@ -129,7 +116,7 @@ class Session:
         self.last = time.perf_counter()  # the instruments' own start-up is in no step
 
     def _next_window(self, w: Window) -> None:
-        synchronize(self.device)
+        devices.synchronize(self.device or torch.device("cpu"))
         w.t1 = time.perf_counter()
         if w.exit is not None:
             w.exit()
@@ -145,7 +132,7 @@ class Session:
         nxt = self.windows[self.index]
         if nxt.enter is not None:
             nxt.enter()
-        synchronize(self.device)
+        devices.synchronize(self.device or torch.device("cpu"))
 
     def trial(
         self,
@@ -211,7 +198,7 @@ class Session:
             loader=loader,
             threads=torch.get_num_threads(),
             workers=self.workers_seen if workers is None else workers,
-            cores=cores(),
+            cores=processes.usable_cores(),
         )
         if loader is not None:  # the in-notebook form timed next() itself, in the timed window
             m.wait_s = statistics.median(timed.waits)
