@@ -117,19 +117,28 @@ class DataWaitMeter:
         return wait_verdict(self.summary(skip)["wait_fraction"])[1]
 
 
-def _busy_seconds(prof: profile, device_type: str) -> float:
-    """GPU kernel and copy time, averaged over the GPUs that ran any (a CPU operator's row also
-    carries its kernels' time); on a CPU the operators' self time. Labels are not work."""
+def busy_seconds(prof: profile, device_type: str) -> float:
+    """How long the device was busy in `prof`'s window: the suite's one busy formula (notebook
+    17, the capstone and the doctor read it). On a GPU, the time covered by at least one kernel
+    or copy, so kernels overlapping on two streams count once, averaged over the GPUs that ran
+    any; on a CPU, the operators' self time. Labels (`record_function`) are not work."""
     if device_type != "cuda":
         return (
             sum(e.self_cpu_time_total for e in prof.key_averages() if not e.is_user_annotation)
             / 1e6
         )
-    per_gpu: dict[int, float] = {}
+    spans: dict[int, list[tuple[float, float]]] = {}
     for e in prof.events():
         if e.device_type == torch.autograd.DeviceType.CUDA and not e.is_user_annotation:
-            per_gpu[e.device_index] = per_gpu.get(e.device_index, 0.0) + e.self_device_time_total
-    return sum(per_gpu.values()) / len(per_gpu) / 1e6 if per_gpu else 0.0
+            spans.setdefault(e.device_index, []).append((e.time_range.start, e.time_range.end))
+    covered = []
+    for intervals in spans.values():
+        total, end = 0.0, float("-inf")
+        for lo, hi in sorted(intervals):
+            total += max(0.0, hi - max(lo, end))
+            end = max(end, hi)
+        covered.append(total)
+    return sum(covered) / len(covered) / 1e6 if covered else 0.0
 
 
 class StepWindow:
@@ -187,7 +196,7 @@ class StepWindow:
             or self.device.type not in ("cpu", "cuda")
         ):
             return None
-        return min(_busy_seconds(self.prof, self.device.type) / self.wall, 1.0)
+        return min(busy_seconds(self.prof, self.device.type) / self.wall, 1.0)
 
     def count(self, prefix: str) -> int:
         """How many events whose name starts with `prefix` ran in the window (e.g.

@@ -108,3 +108,24 @@ def test_profiler_activities_ask_for_the_gpu_kernels_where_torch_profiler_record
     assert diagnose.profiler_activities("cuda") == [A.CPU, A.CUDA]
     assert diagnose.profiler_activities("xpu") == [A.CPU, A.XPU]
     assert diagnose.profiler_activities("mps") == [A.CPU]  # no MPS activity exists
+
+
+def test_busy_counts_kernels_overlapping_on_two_streams_once_and_averages_the_gpus():
+    """The one busy formula: covered time per GPU, not the sum of kernel spans."""
+    from types import SimpleNamespace as NS
+
+    cuda = torch.autograd.DeviceType.CUDA
+
+    def kernel(gpu, start, end, label=False):
+        span = NS(start=start, end=end)
+        return NS(device_type=cuda, device_index=gpu, time_range=span, is_user_annotation=label)
+
+    prof = NS(
+        events=lambda: [
+            kernel(0, 0, 600_000),
+            kernel(0, 400_000, 1_000_000),  # another stream, overlapping the first by 0.2 s
+            kernel(0, 0, 5_000_000, label=True),  # a record_function label: not work
+            kernel(1, 0, 200_000),
+        ]
+    )
+    assert diagnose.busy_seconds(prof, "cuda") == pytest.approx((1.0 + 0.2) / 2)

@@ -7,7 +7,7 @@ import psutil
 import torch
 import torch.utils.benchmark as tb
 
-from .. import devices
+from .. import devices, diagnose
 from .rules import Measured
 
 # torch.utils.data names the DataLoader's `__next__` so the profiler can show it.
@@ -59,18 +59,19 @@ def read(session: object, m: Measured) -> None:
 
 def _from_profiler(prof: torch.profiler.profile, w: object, m: Measured) -> None:
     window_us = 1e6 * (w.t1 - w.t0)
-    wait = stall = busy = 0.0
+    wait = stall = 0.0
     for e in prof.events():
-        if str(e.device_type).endswith("CUDA"):  # a kernel
-            busy += e.time_range.elapsed_us()
-        elif e.name.startswith(LOADER_EVENT) and "__next__" in e.name:
+        if str(e.device_type).endswith("CUDA"):  # a kernel: the busy formula reads those
+            continue
+        if e.name.startswith(LOADER_EVENT) and "__next__" in e.name:
             wait += e.time_range.elapsed_us()
         elif e.name in STALL_EVENTS:
             stall += e.time_range.elapsed_us()
     if m.wait_s is None:  # the CLI: no loader in hand, the profiler's DataLoader events
         m.wait_s = 1e-6 * wait / w.steps
     if m.device == "cuda":
-        m.busy = min(1.0, busy / window_us) if window_us > 0 else None
+        busy_us = 1e6 * diagnose.busy_seconds(prof, "cuda")
+        m.busy = min(1.0, busy_us / window_us) if window_us > 0 else None
         m.stall_s = 1e-6 * stall / w.steps
         m.tensor_cores_idle = (
             devices.capabilities("cuda").ok("tf32")  # TF32 tensor cores: 8.0+
