@@ -17,6 +17,7 @@ from torch import nn
 
 from helpers import devices, models, timing
 from helpers.devices import cpu_threads
+from helpers.suite import claims
 
 pytestmark = pytest.mark.benchmark
 needs_gpu = pytest.mark.skipif(
@@ -121,16 +122,17 @@ def test_fp16_with_scaler_is_faster_than_fp32_on_gpu():
         (torch.randn(256, 3, 32, 32, device="cuda"), torch.randint(0, 10, (256,), device="cuda"))
         for _ in range(20)
     ]
-    # fused SGD on both sides: fp16's GradScaler path uses it (no inf-check sync),
-    # same optimizer work
+    # the same optimizer on both sides (fused SGD): only the precision differs
     fp32 = _samples_per_s(net, batches, device="cuda", fused=True)
-    fp16 = _samples_per_s(net, batches, device="cuda", precision="fp16")
+    fp16 = _samples_per_s(net, batches, device="cuda", precision="fp16", fused=True)
     assert fp16 / fp32 > 1.3
 
 
 @needs_gpu
 @pytest.mark.gpu
-def test_empty_cache_every_step_does_not_speed_up_the_loop():
+def test_empty_cache_every_step_slows_the_loop_as_claim_l11_says():
+    """The claim's own rule (claims.py L11: at least its `slower` factor), not a bound that
+    passes whether or not the call stalls."""
     net = nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 10)).cuda()
     X, y = torch.randn(512, 1024, device="cuda"), torch.randint(0, 10, (512,), device="cuda")
 
@@ -145,4 +147,6 @@ def test_empty_cache_every_step_does_not_speed_up_the_loop():
 
     plain = timing.benchmark(loop(False), repeats=5).median
     cleared = timing.benchmark(loop(True), repeats=5).median
-    assert cleared > 0.95 * plain
+    verdict = claims.judge("L11", on_gpu=True, slowdown=cleared / plain)
+    print(f"empty_cache() every step: {cleared / plain:.2f}x the time: {verdict}")
+    assert verdict.startswith("holds"), verdict
