@@ -63,6 +63,12 @@ def subreaper() -> Iterator[bool]:
         _PRCTL(PR_SET_CHILD_SUBREAPER, was.value, 0, 0, 0)
 
 
+# Kineto, torch.profiler's C++ side, prints a line at every profiler start and stop (USDT) and, on
+# a machine without a GPU, an ERROR from its GPU probe: noise on a learner's screen that reads
+# as a failure. It reads this level at its first use; 6 is above every level it prints at.
+QUIET_PROFILER = {"KINETO_LOG_LEVEL": "6"}
+
+
 def usable_cores() -> int:
     """The cores this process may run on (its affinity mask, e.g. a container's limit)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

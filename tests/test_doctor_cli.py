@@ -93,6 +93,8 @@ def test_cli_names_the_overhead_bound_script_stops_it_and_agrees_with_the_notebo
     assert (tmp_path / "train.py").read_text() == textwrap.dedent(TINY_OPS)  # never modified
     out = json.loads(r.stdout)  # the JSON alone: the script's print went to stderr
     assert "the script's own output" in r.stderr
+    # torch.profiler's C++ lines (Kineto's start/stop, its GPU probe's ERROR on a CPU) stay out
+    assert not [ln for ln in r.stderr.splitlines() if ln.startswith(("USDT:", "ERROR:", "STAGE:"))]
     assert out["findings"][0]["kind"] == "overhead-bound"
     assert out["measured"]["steps"] <= 14
     _no_leftovers()

@@ -20,6 +20,8 @@ def test_lab_environment_adds_the_settings_and_keeps_the_rest():
     env = lab.environment({"JUPYTER_CONFIG_PATH": "/somewhere", "KEEP": "1"})
     assert env["JUPYTER_CONFIG_PATH"].split(os.pathsep) == [str(lab.CONFIG_DIR), "/somewhere"]
     assert env["KEEP"] == "1" and "MPLBACKEND" not in env
+    assert env["KINETO_LOG_LEVEL"] == "6"  # the kernels inherit it: no profiler log lines
+    assert lab.environment({"KINETO_LOG_LEVEL": "1"})["KINETO_LOG_LEVEL"] == "1"  # asked for
     overrides = json.loads(
         (lab.CONFIG_DIR / "labconfig" / "default_setting_overrides.json").read_text()
     )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import runpy
 import subprocess
 import sys
@@ -98,7 +99,8 @@ def _run_child(cmd: list[str], out: Path, timeout: float, stdout: Any) -> dict:
     """Run the doctor's child on the script; its result, or why there is none. The child, its
     workers and anything it started end with it (the suite's one way to end a process tree)."""
     before = processes.descendants()
-    child = subprocess.Popen(cmd, start_new_session=True, stdout=stdout)
+    env = {**processes.QUIET_PROFILER, **os.environ}  # no profiler log lines before the report
+    child = subprocess.Popen(cmd, start_new_session=True, stdout=stdout, env=env)
     try:
         child.wait(timeout=timeout)
         if out.is_file():

@@ -12,6 +12,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from ..processes import QUIET_PROFILER
+
 CONFIG_DIR = Path(__file__).resolve().parent / "jupyter_config"
 
 
@@ -35,11 +37,11 @@ def command(root: str | Path, extra: Sequence[str] = ()) -> list[str]:
 
 def environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
     """`base` (default: this process's environment) with the suite's Jupyter settings on the
-    config path."""
+    config path, and the profiler's log lines off unless `base` sets their level."""
     env = dict(os.environ if base is None else base)
     path = [str(CONFIG_DIR), *filter(None, env.get("JUPYTER_CONFIG_PATH", "").split(os.pathsep))]
     env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(dict.fromkeys(path))
-    return env
+    return {**QUIET_PROFILER, **env}  # kernels inherit it: no profiler log lines in the outputs
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -252,8 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         profiles.ENV_VAR: profile,  # the kernels inherit it
         # inline, whatever the caller set (MPLBACKEND=Agg would leave the copies without plots)
         "MPLBACKEND": "module://matplotlib_inline.backend_inline",
-        # keep the profiler's C++ logging out of the progress
-        "KINETO_LOG_LEVEL": os.environ.get("KINETO_LOG_LEVEL", "5"),
+        **processes.QUIET_PROFILER,  # the profiler's C++ log lines out of the copies
         "FTG_RESULTS_DIR": str(run / "results"),  # the kernels record into this run's folder
     }
     with _environ(kernel_env):
