@@ -97,6 +97,7 @@ def table(rows: list[dict]) -> str:
         "% of peak",
         "note",
     ]
+    # by hand: pandas' DataFrame.to_markdown needs `tabulate`, one more dependency for one table
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
     def f(v, fmt):
