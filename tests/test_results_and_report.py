@@ -33,6 +33,10 @@ def test_recorder_writes_measurements_and_verdicts(tmp_path, capsys):
     rec.judge("L16", figure="strict load fails", prefix_load_failed=True)
     out = capsys.readouterr().out
     assert "[mechanism] L16 - mechanism shown" in out and "demonstrated, not tested" in out
+    rec.judge("L22", figure="no reference run yet", code_gain=3.0, hardware_gain=None)
+    assert "[not decided here] L22 - needs a reference run" in capsys.readouterr().out
+    rec.judge("L11", figure="a CPU", on_gpu=False, slowdown=1.0)
+    assert "[not decided here] L11 - needs a GPU" in capsys.readouterr().out
     assert load_all(tmp_path)[0]["notebook"] == "01_test"
 
 

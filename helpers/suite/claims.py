@@ -80,6 +80,7 @@ HOLDS, NOT_HERE, SHOWN, NOT_SHOWN = (
 )
 GPU, GPUS2, REAL_DATA = "needs a GPU", "needs >=2 GPUs", "needs the real data set"
 DECODER = "needs a GPU decoder (DALI or nvJPEG)"
+REFERENCE = "needs a reference run"
 # An outcome starts with one of these; "holds only when" is followed by the condition.
 VERDICT_KINDS = (
     HOLDS,
@@ -92,8 +93,11 @@ VERDICT_KINDS = (
     GPUS2,
     REAL_DATA,
     DECODER,
-    "needs a run on other hardware",
+    REFERENCE,
 )
+# Outcomes that decide a claim: a report counts these as verdicts (and notebooks that differ
+# on them disagree); the others show a mechanism or say what this machine lacks.
+DECIDED = (HOLDS, "holds only when", NOT_HERE)
 
 
 def kind_of(verdict: str) -> str:
@@ -406,12 +410,14 @@ def _l13(t: dict, on_gpu: bool, gpu_vs_cpu_time: float | None) -> str:
 
 @rule(
     "L14",
-    V,
-    "GPU 0 peak memory / the other GPUs' mean, loss outside vs inside forward",
-    "holds when the imbalance with the loss outside forward is > {imbalance} "
-    f"({NOISE}) and lower with it inside; else does not hold here",
+    M,
+    "GPU 0 peak memory / the other GPUs' mean, loss outside vs inside forward; DataParallel "
+    "gathers on device 0 by design, so this shows the mechanism's size, it tests no claim",
+    "mechanism shown when the imbalance with the loss outside forward is > {imbalance} "
+    f"({NOISE}) and lower with it inside; else mechanism not shown here (outputs too small "
+    "next to the weights for the gather to show)",
     {"imbalance": 1.1},
-    (GPUS2, HOLDS, NOT_HERE),
+    (GPUS2, SHOWN, NOT_SHOWN),
 )
 def _l14(
     t: dict, gpus: int, imbalance_outside: float | None, imbalance_inside: float | None
@@ -419,9 +425,9 @@ def _l14(
     if gpus < 2 or imbalance_outside is None or imbalance_inside is None:
         return GPUS2
     return (
-        HOLDS
+        SHOWN
         if t["imbalance"] < imbalance_outside and imbalance_inside < imbalance_outside
-        else NOT_HERE
+        else NOT_SHOWN
     )
 
 
@@ -458,16 +464,12 @@ def _l16(t: dict, prefix_load_failed: bool) -> str:
     "plain 2-stage split's step; the idle half is fixed by the schedule "
     "(2 sequential stages are busy at most 50 %) and shown, not judged",
     "holds when the hand-off is >= {handoff} of the step (stated "
-    "tolerance); else holds only when the activations handed over are large",
+    "tolerance); else does not hold here (the activations handed over cost too little to see)",
     {"handoff": 0.02},
-    (HOLDS, "holds only when the activations handed over are large"),
+    (HOLDS, NOT_HERE),
 )
 def _l17(t: dict, handoff_share: float) -> str:
-    return (
-        HOLDS
-        if handoff_share >= t["handoff"]
-        else "holds only when the activations handed over are large"
-    )
+    return HOLDS if handoff_share >= t["handoff"] else NOT_HERE
 
 
 @rule(
@@ -557,13 +559,14 @@ def _l21(
     "hardware (another device's fast recipe / this machine's, the same model "
     "width, no rescaling); costs at assumed hourly prices are shown, not judged",
     "holds when the hardware gain is > {margin}x the code gain; else does not hold here; "
-    "without a run of the same model on other hardware: needs a run on other hardware",
+    "without a committed reference run of the same model on other hardware: needs a reference "
+    "run (not decided, so not counted as a verdict)",
     {"margin": 1},
-    ("needs a run on other hardware", HOLDS, NOT_HERE),
+    (REFERENCE, HOLDS, NOT_HERE),
 )
 def _l22(t: dict, code_gain: float, hardware_gain: float | None) -> str:
     if hardware_gain is None:
-        return "needs a run on other hardware"
+        return REFERENCE
     return HOLDS if hardware_gain > t["margin"] * code_gain else NOT_HERE
 
 

@@ -22,16 +22,10 @@ import pandas as pd
 from .. import paths
 from ..checks import check_choice
 from . import catalog, runs
-from .claims import CLAIMS, RULES, VERDICT_KINDS, kind_of
+from .claims import CLAIMS, DECIDED, RULES, VERDICT_KINDS, kind_of
 from .results import load_all
 
 NOT_RUN = "no verdict recorded"
-# notebooks that differ on these disagree
-DECIDED = (
-    "holds",
-    "holds only when",
-    "does not hold here",
-)
 # by kind
 COLOURS = {
     "holds": "#c8e6c9",

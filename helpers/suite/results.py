@@ -22,7 +22,7 @@ from typing import Any
 
 from .. import paths
 from ..profiles import PROFILES, Profile
-from .claims import RULES, judge, kind_of
+from .claims import DECIDED, RULES, judge, kind_of
 
 
 class Recorder:
@@ -128,7 +128,14 @@ class Recorder:
         }
         self.data["verdicts"] = [v for v in self.data["verdicts"] if v["claim"] != claim] + [entry]
         self.save()
-        label = "mechanism" if kind_of(verdict).startswith("mechanism") else "verdict"
+        kind = kind_of(verdict)
+        label = (
+            "verdict"
+            if kind in DECIDED
+            else "mechanism"
+            if kind.startswith("mechanism")
+            else "not decided here"
+        )
         print(
             f"[{label}] {claim} - {verdict}: {figure}"
             + (" [synthetic data]" if synthetic else "")
