@@ -7,12 +7,14 @@ Many more threads than free cores is what turns such a loss into a collapse (a t
 at every barrier for a partner that is not running); the suite's thread rule
 (`devices.share`) keeps the notebooks out of it. Cells that oversubscribe *on purpose*, to show
 that collapse, carry the cell tag `oversubscribes` and are left out of the comparison.
+The run alone also keeps the notebook's smoke budget, as `make notebooks` checks it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,7 +23,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from helpers.suite import runner
+from helpers.processes import usable_cores
+from helpers.suite import catalog, runner
+from tests.nbval_budget import CATALOG, allowed_seconds
 
 pytestmark = pytest.mark.load
 
@@ -59,12 +63,24 @@ def cell_seconds(executed: Path) -> list[tuple[set[str], float]]:
     ]
 
 
-def counted_seconds(nb: Path, out_dir: Path) -> float:
+def counted_seconds(nb: Path, out_dir: Path) -> tuple[float, float]:
     """Run the notebook in a fresh kernel: the seconds of its cells, those tagged as
-    oversubscribing on purpose left out."""
+    oversubscribing on purpose left out, and the whole run's seconds (kernel start included)."""
     outcome = runner.execute(nb, out_dir, timeout=300)  # a cell past 5 min is stalled
     assert outcome["status"] == "ok", f"{nb.name}: {outcome['error']}"
-    return sum(s for tags, s in cell_seconds(out_dir / nb.name) if ON_PURPOSE not in tags)
+    cells = sum(s for tags, s in cell_seconds(out_dir / nb.name) if ON_PURPOSE not in tags)
+    return cells, outcome["seconds"]
+
+
+def within_budget(nb: Path, took: float) -> None:
+    """The run alone keeps the notebook's smoke budget, as `make notebooks` checks it (the same
+    catalog entry and load rule): CI runs every notebook alone here instead of a seventh time."""
+    (entry,) = [e for e in catalog.load(CATALOG) if e["file"] == nb.name]
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    allowed = allowed_seconds(entry["budget_seconds"], load, usable_cores())
+    assert took <= allowed, (
+        f"{nb.name} took {took:.0f} s alone, over its smoke budget ({allowed:.0f} s allowed)"
+    )
 
 
 def test_cell_seconds_reads_nbclient_timings(tmp_path):
@@ -83,9 +99,10 @@ def test_cell_seconds_reads_nbclient_timings(tmp_path):
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_beside_one_busy_process_slower_never_stalled(nb, tmp_path):
-    alone = counted_seconds(nb, tmp_path / "alone")
+    alone, alone_wall = counted_seconds(nb, tmp_path / "alone")
+    within_budget(nb, alone_wall)
     with one_busy_process():
-        loaded = counted_seconds(nb, tmp_path / "loaded")
+        loaded, _ = counted_seconds(nb, tmp_path / "loaded")
     print(
         f"\n{nb.stem}: {alone:.1f} s alone, {loaded:.1f} s beside one busy process "
         f"({loaded / alone:.2f}x)"
