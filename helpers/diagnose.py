@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from .checks import check_int
+from .checks import check_choice, check_int
 from .devices import as_device, synchronize
 
 INPUT_BOUND = 0.30  # at least this share of step time waiting for data: the loop is input-bound
@@ -32,7 +32,12 @@ def profiler_activities(device: str | torch.device) -> list[ProfilerActivity]:
     and copies on CUDA (`ProfilerActivity.CUDA`) and on Intel GPUs (`ProfilerActivity.XPU`).
     `ProfilerActivity` has no MPS member: on an Apple GPU it records the CPU side only.
     https://docs.pytorch.org/docs/stable/profiler.html#torch.profiler.profile"""
-    kind = torch.device(device).type
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(
+            f"profiler_activities: device must be a device such as 'cpu' or 'cuda', got {device!r}"
+        ) from e
     gpu = {"cuda": ProfilerActivity.CUDA, "xpu": ProfilerActivity.XPU}.get(kind)
     return [ProfilerActivity.CPU] + ([gpu] if gpu is not None else [])
 
@@ -122,6 +127,7 @@ def busy_seconds(prof: profile, device_type: str) -> float:
     17, the capstone and the doctor read it). On a GPU, the time covered by at least one kernel
     or copy, so kernels overlapping on two streams count once, averaged over the GPUs that ran
     any; on a CPU, the operators' self time. Labels (`record_function`) are not work."""
+    check_choice("device_type", device_type, ("cpu", "cuda", "mps", "xpu"), where="busy_seconds")
     if device_type != "cuda":
         return (
             sum(e.self_cpu_time_total for e in prof.key_averages() if not e.is_user_annotation)

@@ -1082,6 +1082,19 @@ CASES = [
         diagnose.StepWindow, ValueError, r"StepWindow: warmup must be an int >= 1, got 0", warmup=0
     ),
     case(
+        diagnose.profiler_activities,
+        ValueError,
+        r"profiler_activities: device must be a device such as 'cpu' or 'cuda', got 'gpu'",
+        "gpu",
+    ),
+    case(
+        diagnose.busy_seconds,
+        ValueError,
+        r"busy_seconds: device_type must be one of .*got 'gpu'",
+        None,
+        "gpu",
+    ),
+    case(
         diagnose.StepWindow,
         ValueError,
         r"StepWindow: steps must be an int >= 1, got 2.5",
