@@ -6,8 +6,9 @@
 - its own cost: watching adds at most 10 % to the step time outside the counting window, on a
   loop whose steps take >= 5 ms, from interleaved A/B pairs.
 
-Prediction and re-run are interleaved too, and the medians compared, so that a machine whose
-load drifts (other programs) moves both sides alike.
+Prediction and re-run are interleaved too, and the median of the per-pair ratios is judged (not
+the ratio of two medians), so that a machine whose load drifts (other programs, a CI box shared
+with other jobs) moves both sides of a pair alike.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from tests.test_doctor import Blurred, batched, tiny_ops_net
 
 pytestmark = pytest.mark.benchmark
 PAIRS = 5
+RUNS = 5  # broken-then-fixed pairs per loop; the tiny-op loop's speed drifts 2x between runs
 PREDICTION_BAR = 0.25  # the doctor's promise: within 25 % of the re-measured speed-up
 OVERHEAD_BAR = 0.10  # watching costs at most 10 % of a >= 5 ms step
 MIN_STEP_S = 0.005
@@ -83,18 +85,18 @@ LOOPS = {
 def test_predicted_speedup_is_within_25_percent_of_the_rerun(name):
     broken, model, fixed, kind = LOOPS[name]
     predicted, measured = [], []
-    for _ in range(3):
+    for _ in range(RUNS):
         w = watched(broken(), model())
         f = next(f for f in w.findings if f.kind == kind)
         predicted.append(f.predicted_speedup)
         after = watched(fixed(w.measured.cores), model(), what_if=False)
         measured.append(after.measured.samples_per_s / w.measured.samples_per_s)
-    p, m = statistics.median(predicted), statistics.median(measured)
+    ratio = statistics.median(p / m for p, m in zip(predicted, measured, strict=True))
     print(
-        f"{name}: predicted {p:.2f}x (runs {[round(x, 2) for x in predicted]}), "
-        f"re-run {m:.2f}x (runs {[round(x, 2) for x in measured]}): ratio {p / m:.2f}"
+        f"{name}: predicted {[round(x, 2) for x in predicted]}, "
+        f"re-run {[round(x, 2) for x in measured]}: median ratio {ratio:.2f}"
     )
-    assert abs(p / m - 1) <= PREDICTION_BAR
+    assert abs(ratio - 1) <= PREDICTION_BAR
 
 
 def test_watching_costs_at_most_10_percent_of_a_5ms_step():
@@ -105,7 +107,8 @@ def test_watching_costs_at_most_10_percent_of_a_5ms_step():
         plain.append(statistics.median(fit(batched(4096, 1024, 256), net, steps=12)[2:]))
         w = watched(batched(4096, 1024, 256), net, what_if=False)
         watched_s.append(w.measured.step_s)
-    a, b = statistics.median(plain), statistics.median(watched_s)
-    print(f"step {1e3 * a:.2f} ms plain, {1e3 * b:.2f} ms watched: {100 * (b / a - 1):+.1f} %")
+    a = statistics.median(plain)
+    cost = statistics.median(b / a for a, b in zip(plain, watched_s, strict=True))
+    print(f"step {1e3 * a:.2f} ms plain; watched / plain per pair: median {cost:.3f}")
     assert a >= MIN_STEP_S, "the bar is about steps of 5 ms or more: make the loop heavier"
-    assert b / a <= 1 + OVERHEAD_BAR
+    assert cost <= 1 + OVERHEAD_BAR
