@@ -191,7 +191,9 @@ def measure(
     window = None
     if busy_steps:
         n_batches = max(n_train // recipe.batch_size, 2)
-        warm = 2 * D2L_WORKERS + 2 if recipe.data == "loader" else 3
+        # the loader's workers fill their prefetch first; a device also fills its launch queue
+        # and allocator cache, which a CPU has not: one step warms it
+        warm = 2 * D2L_WORKERS + 2 if recipe.data == "loader" else 1 if dev.type == "cpu" else 3
         steps = min(busy_steps, n_batches - 1)
         window = diagnose.StepWindow(
             device=dev, warmup=max(1, min(warm, n_batches - steps)), steps=steps

@@ -94,6 +94,25 @@ def resnet18(num_classes: int = 10, in_channels: int = 1, width: int = 64) -> nn
     return net
 
 
+# oneDNN's CPU backward of a 1x1 strided convolution in channels_last writes past its workspace
+# when the input has fewer channels than its block (8 with AVX2): a crash, a hang or wrong
+# gradients (https://github.com/uxlfoundation/oneDNN/issues/6035; torch 2.14.1 here crashed at
+# 1 to 4 channels). ResNet-18's first downsampling shortcut takes `width` channels.
+CPU_CHANNELS_LAST_MIN_WIDTH = 8
+
+
+def check_channels_last_width(width: int, device: str | torch.device, param: str = "WIDTH") -> int:
+    """`width`, or a ValueError naming `param` where training resnet18(width) in channels_last
+    would crash the kernel: on a CPU below CPU_CHANNELS_LAST_MIN_WIDTH."""
+    check_int(param, width, 1, where="check_channels_last_width")
+    if torch.device(device).type == "cpu" and width < CPU_CHANNELS_LAST_MIN_WIDTH:
+        raise ValueError(
+            f"{param} must be >= {CPU_CHANNELS_LAST_MIN_WIDTH} on a CPU, got {width}: oneDNN's "
+            "channels_last backward of the 1x1 strided shortcut convolution crashes below it"
+        )
+    return width
+
+
 def small_cnn(in_channels: int = 3, num_classes: int = 10, width: int = 16) -> nn.Sequential:
     """conv-bn-relu x3 with pooling, then a linear layer: trains in seconds on 32x32 images."""
     for name, v in (("in_channels", in_channels), ("num_classes", num_classes), ("width", width)):

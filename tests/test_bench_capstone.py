@@ -78,7 +78,7 @@ def test_benchmark_writes_the_notebooks_table(tmp_path, monkeypatch):
     monkeypatch.setenv("FTG_BUILD_DIR", str(tmp_path))
     fake = _fake_execute()
     monkeypatch.setattr(bench.runner, "execute", fake)
-    assert bench.main(["--profile", "smoke", "--set", "WIDTH=4", "--accuracy-epochs", "2"]) == 0
+    assert bench.main(["--profile", "smoke", "--set", "WIDTH=16", "--accuracy-epochs", "2"]) == 0
     md = (tmp_path / "results" / "bench_capstone.md").read_text()
     assert "| reference (d2l) | yes | 4.000 |" in md and "| uint8 in memory | yes | 2.000 |" in md
     assert (
@@ -93,7 +93,7 @@ def test_benchmark_writes_the_notebooks_table(tmp_path, monkeypatch):
     assert data["bench_table"][2]["note"] == "skipped in this profile"
     # the overrides went in right after the notebook's parameters cell
     i = next(i for i, s in enumerate(fake.sources) if "P = profiles.active()" in s)
-    assert "WIDTH=4\nACC_EPOCHS=2" in fake.sources[i + 1]
+    assert "WIDTH=16\nACC_EPOCHS=2" in fake.sources[i + 1]
 
 
 def test_a_failing_notebook_fails_the_benchmark(tmp_path, monkeypatch, capsys):

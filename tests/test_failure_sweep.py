@@ -125,6 +125,20 @@ POSITIVE = r"must be (a positive int|an int >= 1)"
 CASES = [
     # --- models ----------------------------------------------------------------------------
     case(models.resnet18, ValueError, r"resnet18: width must be an int >= 1, got 0", width=0),
+    case(
+        models.check_channels_last_width,
+        ValueError,
+        r"check_channels_last_width: WIDTH must be an int >= 1, got 'eight'",
+        "eight",
+        "cpu",
+    ),
+    case(
+        models.check_channels_last_width,
+        ValueError,
+        r"WIDTH must be >= 8 on a CPU, got 2: oneDNN",
+        2,
+        "cpu",
+    ),
     case(models.resnet18, ValueError, r"resnet18: width must be an int >= 1, got -8", width=-8),
     case(
         models.resnet18,

@@ -1,6 +1,9 @@
 """helpers.models: d2l's ResNet-18 (same names, shapes and outputs as d2l's), FLOPs per sample
 and the datasheet peaks."""
 
+import subprocess
+import sys
+
 import pytest
 import torch
 from torch import nn
@@ -119,3 +122,35 @@ def test_bad_input():
         models.training_flops_per_sample(nn.Linear(2, 2), (0,))
     with pytest.raises(ValueError, match="flops_per_second"):
         models.fraction_of_peak(-1, "NVIDIA H100")
+
+
+def test_a_cpu_refuses_a_width_whose_channels_last_backward_crashes():
+    """Below 8 channels oneDNN's channels_last 1x1 strided backward crashed the process (a
+    SIGSEGV, not an exception): the parameters cell must stop first, naming WIDTH."""
+    with pytest.raises(ValueError, match="WIDTH must be >= 8 on a CPU, got 4"):
+        models.check_channels_last_width(4, "cpu")
+    assert models.check_channels_last_width(8, "cpu") == 8
+    assert models.check_channels_last_width(4, "cuda") == 4  # cuDNN has no such limit
+
+
+def test_the_width_floor_is_where_the_crash_stops():
+    """Run in a child process (a crash must not take pytest down): one channels_last training
+    step of the 1x1 stride-2 shortcut at the floor's width passes and matches NCHW."""
+    code = (
+        "import torch\n"
+        "from torch import nn\n"
+        "from helpers import models\n"
+        "torch.set_num_threads(1)\n"
+        "c = models.CPU_CHANNELS_LAST_MIN_WIDTH\n"
+        "torch.manual_seed(0)\n"
+        "m = nn.Conv2d(c, 2 * c, 1, 2)\n"
+        "X = torch.randn(16, c, 28, 28)\n"
+        "m(X).square().sum().backward()\n"
+        "g = m.weight.grad.clone()\n"
+        "m.weight.grad = None\n"
+        "m = m.to(memory_format=torch.channels_last)\n"
+        "m(X.contiguous(memory_format=torch.channels_last)).square().sum().backward()\n"
+        "assert torch.allclose(m.weight.grad, g, rtol=1e-4, atol=1e-3)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
