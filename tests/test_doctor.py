@@ -277,7 +277,7 @@ def test_report_text_and_json_schema():
     mm = m(wait_s=0.005)
     found = rules.diagnose(mm)
     d = rules.as_dict(mm, found)
-    assert set(d) == {"measured", "findings"}
+    assert set(d) == {"inconclusive", "measured", "findings"} and d["inconclusive"] is False
     assert set(d["findings"][0]) >= {"kind", "evidence", "share", "fix", "notebook"}
     text = doctor.render(mm, found)
     assert "input-bound" in text and "03_dataloader_workers.ipynb" in text
@@ -455,3 +455,15 @@ def test_tf32_state_is_read_through_the_api_a_script_used():
     with devices.fp32_precision("tf32"):
         assert profiled._matmul_fp32_precision() == "tf32"
     assert profiled._matmul_fp32_precision() == "ieee"
+
+
+def test_no_regime_and_no_all_clear_rests_on_a_window_that_did_not_fill():
+    """The same numbers diagnose as compute-bound when every window filled; with the profiled
+    window missing, the rules that read it were not evaluated: no compute-bound, inconclusive."""
+    assert [f.kind for f in rules.diagnose(m())] == ["compute-bound"]
+    partial = m(not_measured=["the profiled window (data wait, device busy, sync stalls)"])
+    partial.steps_needed = 9
+    assert rules.inconclusive(partial) and rules.diagnose(partial) == []
+    text = doctor.render(partial, [])
+    assert "INCONCLUSIVE" in text and "of the 9 the doctor's windows need" in text
+    assert "none from what was measured" in text

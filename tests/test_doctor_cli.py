@@ -137,3 +137,58 @@ def test_cli_ends_a_hanging_script_at_the_timeout(tmp_path):
 def test_cli_refuses_bad_options(tmp_path):
     r = doctor(tmp_path, "pass\n", "--steps", "3")
     assert r.returncode == 2 and "--steps must be an int >= 12, got 3" in r.stderr
+
+
+# An L-BFGS loop (each step(closure) runs several forward/backward passes) that ends after
+# `STEPS` optimizer steps: fewer than the doctor's windows need.
+SHORT_LBFGS = """
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+net = nn.Sequential(*[m for _ in range(8) for m in (nn.Linear(8, 8), nn.Tanh())])
+opt = torch.optim.LBFGS(net.parameters(), max_iter=5)
+X, y = torch.randn(64, 8), torch.randn(64, 8)
+
+
+def closure():
+    opt.zero_grad()
+    loss = nn.functional.mse_loss(net(X), y)
+    loss.backward()
+    return loss
+
+
+for _ in range(STEPS):
+    opt.step(closure)
+print("the script ran to its end")
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("steps", [6, 3])
+def test_a_loop_that_ends_before_the_windows_fill_gets_no_all_clear(tmp_path, steps):
+    """6 steps fill the warm-up and timed windows (2 + 3 with --steps 14), not the profiled and
+    counted ones; 3 steps not even the timed one. Either way: status 4, no verdict."""
+    r = doctor(tmp_path, SHORT_LBFGS.replace("STEPS", str(steps)), "--steps", "14")
+    assert r.returncode == 4, (r.returncode, r.stdout[-2000:], r.stderr[-2000:])
+    report = r.stdout + r.stderr
+    assert "nothing to fix" not in report and "compute-bound" not in report
+    assert "--steps" in report and "--timeout" in report  # how to get a diagnosis
+    if steps == 6:
+        assert f"the loop took {steps} optimizer steps of the 9" in r.stdout
+        assert "not measured: the profiled window" in r.stdout
+        assert "the counted window" in r.stdout
+    else:
+        assert "inconclusive: the doctor saw 3 optimizer steps" in r.stderr
+    _no_leftovers()
+
+
+@pytest.mark.timeout(120)
+def test_the_json_report_says_inconclusive(tmp_path):
+    r = doctor(tmp_path, SHORT_LBFGS.replace("STEPS", "6"), "--steps", "14", "--json")
+    assert r.returncode == 4, r.stderr[-2000:]
+    out = json.loads(r.stdout)
+    assert out["inconclusive"] is True and out["measured"]["steps_needed"] == 9
+    assert out["measured"]["not_measured"] and "compute-bound" not in {
+        f["kind"] for f in out["findings"]
+    }

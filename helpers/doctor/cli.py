@@ -3,11 +3,13 @@
 The script runs unmodified in a child process of its own session, with the doctor's optimizer
 hook; after the steps it needs the doctor stops it, and the whole process group (DataLoader
 workers included) is ended, also on a timeout or a crash. Exit status: 0 when a diagnosis was
-printed, 2 when the script failed or never stepped, 3 when it ran past --timeout.
+printed, 2 when the script failed or never stepped, 3 when it ran past --timeout, 4 when
+inconclusive: the loop ended before the doctor's windows filled (the report says what it
+measured, how many steps it saw of how many it needs, and how to get a diagnosis).
 
-`--json` prints {"measured": {...}, "findings": [{kind, evidence, share, fix, notebook,
-predicted_speedup, predicted_samples_per_s, rule}, ...]}, findings ranked by share of step time
-(null share: counted, not costed), or {"error": "..."} with a non-zero status.
+`--json` prints {"inconclusive": bool, "measured": {...}, "findings": [{kind, evidence, share,
+fix, notebook, predicted_speedup, predicted_samples_per_s, rule}, ...]}, findings ranked by share
+of step time (null share: counted, not costed), or {"error": "..."} with a non-zero status.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
     from .session import Session
 
 MIN_STEPS = 12  # warm-up 2, timed >= 3 (+ margin), profiled 2, counted 2
+INCONCLUSIVE = 4  # the exit status when the loop ended before the windows filled
 PROCESSES = (
     "the script started processes of its own ({}): the doctor watches only the process "
     "it started; a torchrun or mp.spawn worker's steps are not seen. Diagnose one "
@@ -92,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             result.get("text") or f"doctor: could not diagnose: {result['error']}",
             file=sys.stdout if "text" in result else sys.stderr,
         )
-    return 0 if "text" in result else result.get("status", 2)
+    return result.get("status", 0 if "text" in result else 2)
 
 
 def _run_child(cmd: list[str], out: Path, timeout: float, stdout: Any) -> dict:
@@ -165,7 +168,7 @@ def child(out: Path, steps: int, script: str, args: list[str]) -> None:
 
 def _result(session: Session, error: str | None, seen: set[str]) -> dict:
     from . import rules
-    from .text import render
+    from .text import MORE_STEPS, render
 
     if session.steps == 0 and error is None:
         error = (
@@ -177,8 +180,14 @@ def _result(session: Session, error: str | None, seen: set[str]) -> dict:
     if error is None or session.named("timed") is not None:
         try:
             m = session.measured()
-        except RuntimeError as e:
-            return {"error": error or str(e)}
+        except RuntimeError as e:  # the loop ended before even the timed window filled
+            if error is not None:
+                return {"error": error}
+            return {
+                "error": f"inconclusive: {e}; {MORE_STEPS}",
+                "inconclusive": True,
+                "status": INCONCLUSIVE,
+            }
         m.unseen.append(
             "DataLoader settings and their what-ifs: from outside a script the loader "
             "is not in hand (workers are counted as child processes; doctor.watch tries both)"
@@ -186,7 +195,8 @@ def _result(session: Session, error: str | None, seen: set[str]) -> dict:
         if error:
             m.unseen.append(f"the script stopped early: {error}")
         findings = rules.diagnose(m)
-        return {**rules.as_dict(m, findings), "text": render(m, findings)}
+        status = INCONCLUSIVE if rules.inconclusive(m) else 0
+        return {**rules.as_dict(m, findings), "text": render(m, findings), "status": status}
     return {"error": error}
 
 

@@ -40,7 +40,7 @@ def read(session: object, m: Measured) -> None:
     if prof_w is not None and session.prof is not None:
         _from_profiler(session.prof, prof_w, m)
     else:
-        m.unseen.append("profiled window: the loop ended first (data wait, busy, stalls)")
+        m.not_measured.append("the profiled window (data wait, device busy, sync stalls)")
     if count_w is not None and session.counter is not None:
         c, n = session.counter, count_w.steps
         m.syncs_per_step = sum(c.syncs.values()) / n
@@ -49,7 +49,7 @@ def read(session: object, m: Measured) -> None:
         m.flops_per_step = session.flops.get_total_flops() / n
         m.hot_ops = [{"op": k, "per_step": v / n} for k, v in c.hot.most_common(4)]
     else:
-        m.unseen.append("counted window: the loop ended first (syncs, ops, FLOPs)")
+        m.not_measured.append("the counted window (syncs, ops, FLOPs)")
     m.unseen += UNSEEN.get(m.device, [])
     _memory(session, m)
     if session.rates is None:  # measured once per session

@@ -79,6 +79,8 @@ class Measured:
     trials: dict[str, Trial] = field(default_factory=dict)
     unseen: list[str] = field(default_factory=list)
     workers_blocked: str | None = None  # why DataLoader workers could not load the data set
+    steps_needed: int = 0  # optimizer steps the windows take: warm-up, timed, profiled, counted
+    not_measured: list[str] = field(default_factory=list)  # windows the loop ended before
 
     @property
     def samples_per_s(self) -> float | None:
@@ -331,6 +333,12 @@ def compute_bound(m: Measured) -> Finding:
     )
 
 
+def inconclusive(m: Measured) -> bool:
+    """A window did not fill: the rules that read it were not evaluated, so no verdict (not
+    even "nothing to fix") may rest on them."""
+    return bool(m.not_measured)
+
+
 def refuted(f: Finding) -> bool:
     """The fix was tried on the loop and made it slower: the rule fired, the measurement says no."""
     return f.predicted_speedup is not None and f.predicted_speedup < 1.0
@@ -345,9 +353,13 @@ def diagnose(m: Measured) -> list[Finding]:
             " it does not pay here"
         )
     costs = [f for f in found if f.share is not None]
-    # "compute-bound" only when nothing measured holds up and the refuted costs leave most of
-    # the step to compute (a loop that waits 90 % for data is input-bound, workers or not)
-    if not any(not refuted(f) for f in costs) and sum(f.share for f in costs) < 0.5:
+    # "compute-bound" only when every window filled, nothing measured holds up and the refuted
+    # costs leave most of the step to compute (a loop that waits 90 % for data is input-bound)
+    if (
+        not inconclusive(m)
+        and not any(not refuted(f) for f in costs)
+        and sum(f.share for f in costs) < 0.5
+    ):
         found.append(compute_bound(m))
     return sorted(found, key=lambda f: (refuted(f), f.share is None, -(f.share or 0.0)))
 
@@ -357,4 +369,8 @@ def as_dict(m: Measured, findings: list[Finding]) -> dict:
     notebook, predicted_speedup, predicted_samples_per_s, rule}]}."""
     measured = asdict(m)
     measured["samples_per_s"] = m.samples_per_s
-    return {"measured": measured, "findings": [asdict(f) for f in findings]}
+    return {
+        "inconclusive": inconclusive(m),
+        "measured": measured,
+        "findings": [asdict(f) for f in findings],
+    }

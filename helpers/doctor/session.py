@@ -199,6 +199,7 @@ class Session:
             threads=torch.get_num_threads(),
             workers=self.workers_seen if workers is None else workers,
             cores=processes.usable_cores(),
+            steps_needed=sum(w.steps for w in self.windows[:4]),
         )
         if loader is not None:  # the in-notebook form timed next() itself, in the timed window
             m.wait_s = statistics.median(timed.waits)

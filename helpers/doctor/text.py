@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from .rules import Finding, Measured
+from .rules import Finding, Measured, inconclusive
+
+MORE_STEPS = (
+    "let the loop run more steps (the command line: a larger --steps and --timeout, or a smaller "
+    "input so that each step is shorter; doctor.watch: a loop that does not stop early)"
+)
 
 
 def _share(f: Finding) -> str:
@@ -28,7 +33,16 @@ def render(m: Measured, findings: list[Finding]) -> str:
         lines.append(
             f"  memory peak {m.memory_peak / 2**30:.2f} GiB of {m.memory_total / 2**30:.1f} GiB"
         )
+    if inconclusive(m):
+        lines += [
+            f"INCONCLUSIVE: the loop took {m.steps} optimizer steps of the {m.steps_needed} the "
+            "doctor's windows need; not measured: " + "; ".join(m.not_measured) + ".",
+            "  No verdict rests on what was not measured, not even that the loop is fine. For a "
+            f"diagnosis, {MORE_STEPS}.",
+        ]
     lines.append("Findings, by share of step time:")
+    if not findings:
+        lines.append("  none from what was measured")
     for i, f in enumerate(findings, 1):
         lines.append(f"{i}. [{_share(f)}] {f.kind}: {f.evidence}")
         lines.append(f"     fix: {f.fix}  (notebook {f.notebook})")
