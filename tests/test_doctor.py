@@ -467,3 +467,43 @@ def test_no_regime_and_no_all_clear_rests_on_a_window_that_did_not_fill():
     text = doctor.render(partial, [])
     assert "INCONCLUSIVE" in text and "of the 9 the doctor's windows need" in text
     assert "none from what was measured" in text
+
+
+def test_a_sync_is_blamed_on_the_code_that_asked_for_it():
+    """The user's own `.item()` is theirs (line and file); the reads inside L-BFGS's step are
+    torch.optim.lbfgs's, called from the user's `opt.step(closure)` line."""
+    from helpers.doctor.counting import OpCounter
+
+    net = nn.Linear(4, 1)
+    opt = torch.optim.LBFGS(net.parameters(), max_iter=3)
+    X = torch.randn(8, 4)
+
+    def closure():
+        opt.zero_grad()
+        loss = net(X).pow(2).mean()
+        loss.backward()
+        return loss
+
+    with OpCounter() as c:
+        closure().item()  # the user's read
+        opt.step(closure)
+    mine = [where for where, lib in c.sites if lib is None]
+    libs = {lib for _, lib in c.sites if lib is not None}
+    assert mine and all(w.startswith("test_doctor.py:") for w in mine), c.sites
+    assert libs == {"torch.optim.lbfgs"}, c.sites
+
+
+def test_syncs_inside_a_library_get_a_fix_the_user_can_make():
+    sites = [{"where": "train.py:20", "library": "torch.optim.lbfgs", "per_step": 600.0}]
+    f = rules.sync_bound(m(syncs_per_step=600, sync_ops={"_local_scalar_dense": 600}))
+    assert f.fix == rules.READ_FIX  # no sites known: the read fix
+    f = rules.sync_bound(
+        m(syncs_per_step=600, sync_ops={"_local_scalar_dense": 600}, sync_sites=sites)
+    )
+    assert "none in your code: inside torch.optim.lbfgs (called from train.py:20)" in f.evidence
+    assert f.fix != rules.READ_FIX and "how you call it" in f.fix
+    mixed = sites + [{"where": "train.py:25", "library": None, "per_step": 1.0}]
+    f = rules.sync_bound(
+        m(syncs_per_step=601, sync_ops={"_local_scalar_dense": 601}, sync_sites=mixed)
+    )
+    assert "1 per step in your code" in f.evidence and f.fix == rules.READ_FIX

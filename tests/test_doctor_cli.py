@@ -192,3 +192,22 @@ def test_the_json_report_says_inconclusive(tmp_path):
     assert out["measured"]["not_measured"] and "compute-bound" not in {
         f["kind"] for f in out["findings"]
     }
+
+
+@pytest.mark.timeout(180)
+def test_syncs_inside_lbfgs_are_blamed_on_lbfgs_not_the_users_loop(tmp_path):
+    r = doctor(tmp_path, SHORT_LBFGS.replace("STEPS", "40"), "--steps", "14", "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout)
+    (sync,) = [f for f in out["findings"] if f["kind"] == "sync-bound"]
+    line = next(
+        i + 1
+        for i, text in enumerate(textwrap.dedent(SHORT_LBFGS).splitlines())
+        if "opt.step(closure)" in text
+    )
+    assert (
+        f"none in your code: inside torch.optim.lbfgs (called from train.py:{line})"
+        in (sync["evidence"])
+    )
+    assert "loss.detach()" not in sync["fix"] and "how you call it" in sync["fix"]
+    assert {s["library"] for s in out["measured"]["sync_sites"]} == {"torch.optim.lbfgs"}

@@ -13,6 +13,9 @@ synchronises, or with non_blocking=False, where PyTorch synchronises after the c
 
 from __future__ import annotations
 
+import os
+import sys
+import sysconfig
 from collections import Counter
 
 import torch
@@ -47,6 +50,45 @@ HOT_OPS = {
 }
 
 
+# Where a sync comes from: the innermost frame outside the doctor and outside torch's own
+# plumbing between a call and its op (Tensor methods, formatting, dispatch) is the code that
+# asked for it; a frame in torch or another installed package makes it a library's sync.
+_DOCTOR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_TORCH = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+_PLUMBING = {
+    "_tensor.py",
+    "_tensor_str.py",
+    "_ops.py",
+    "overrides.py",
+    "_python_dispatch.py",
+    "eval_frame.py",  # torch._disable_dynamo, which wraps a dispatch mode's entry
+    "_compile.py",
+}
+_INSTALLED = tuple(
+    {sysconfig.get_paths()[k] + os.sep for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+)
+
+
+def sync_site() -> tuple[str, str | None]:
+    """(the user's code that led to the sync as "file:line", the library it happened in or
+    None when the user's own line asked for it). Python frames only: a C++ caller is unseen."""
+    library = None
+    f = sys._getframe(1)  # documented in the sys module; frames are what attribution needs
+    while f is not None:
+        path = os.path.abspath(f.f_code.co_filename)
+        if path.startswith(_DOCTOR):
+            pass
+        elif path.startswith(_TORCH):
+            if library is None and os.path.basename(path) not in _PLUMBING:
+                library = f.f_globals.get("__name__", "torch")
+        elif path.startswith(_INSTALLED):
+            library = library or f.f_globals.get("__name__", "a library")
+        else:
+            return f"{os.path.basename(path)}:{f.f_lineno}", library
+        f = f.f_back
+    return "?", library
+
+
 def _name(func: object) -> str:
     return str(func.__name__).split(".")[0] if hasattr(func, "__name__") else str(func)
 
@@ -70,6 +112,7 @@ class OpCounter(TorchDispatchMode):
         self.device = device
         self.ops = 0
         self.syncs: Counter[str] = Counter()
+        self.sites: Counter[tuple[str, str | None]] = Counter()  # (user line, library)
         self.hot: Counter[str] = Counter()
         self.paused = False
 
@@ -87,6 +130,7 @@ class OpCounter(TorchDispatchMode):
         copy = _sync_copy(name, args, kwargs)
         if name in SYNC_OPS or copy is not None:
             self.syncs[copy or name] += 1
+            self.sites[sync_site()] += 1
         if name in HOT_OPS:
             t = next((a for a in args if isinstance(a, torch.Tensor)), None)
             if t is not None:

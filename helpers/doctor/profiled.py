@@ -45,6 +45,10 @@ def read(session: object, m: Measured) -> None:
         c, n = session.counter, count_w.steps
         m.syncs_per_step = sum(c.syncs.values()) / n
         m.sync_ops = {k: v // n or 1 for k, v in c.syncs.items()}
+        m.sync_sites = [
+            {"where": where, "library": lib, "per_step": v / n}
+            for (where, lib), v in c.sites.most_common()
+        ]
         m.ops_per_step = c.ops / n
         m.flops_per_step = session.flops.get_total_flops() / n
         m.hot_ops = [{"op": k, "per_step": v / n} for k, v in c.hot.most_common(4)]

@@ -62,6 +62,9 @@ class Measured:
     wait_s: float | None = None
     syncs_per_step: float | None = None
     sync_ops: dict[str, int] = field(default_factory=dict)
+    # whose code each sync came from: {"where": the user's line, "library": None or the module
+    # it happened in, "per_step"}
+    sync_sites: list[dict] = field(default_factory=list)
     ops_per_step: float | None = None
     dispatch_s: float | None = None
     flops_per_step: float | None = None
@@ -183,11 +186,41 @@ def _sync_advice(m: Measured) -> tuple[str, str, str]:
     )
 
 
+def _blame(m: Measured) -> tuple[str, str | None]:
+    """(whose code the syncs are in, a fix that replaces the read/copy fix when none of them
+    is the user's): a sync inside a library (an L-BFGS line search reading its loss) cannot be
+    removed by reading less often in the user's loop; what the user can change is the call."""
+    if not m.sync_sites:
+        return "", None
+    mine = sum(s["per_step"] for s in m.sync_sites if s["library"] is None)
+    libs: dict[str, set[str]] = {}
+    for s in m.sync_sites:
+        if s["library"] is not None:
+            libs.setdefault(s["library"], set()).add(s["where"])
+    inside = "; ".join(
+        f"inside {lib} (called from {', '.join(sorted(w))})" for lib, w in libs.items()
+    )
+    if not libs:
+        lines = ", ".join(s["where"] for s in m.sync_sites[:3])
+        return f"; all in your code ({lines})", None
+    if not mine:
+        return (
+            f"; none in your code: {inside}",
+            "nothing to remove in your own lines: the library reads these values by design; what "
+            "you can change is how you call it (its settings, e.g. LBFGS's max_iter, or another "
+            "optimizer or library)",
+        )
+    return f"; {mine:g} per step in your code, the rest {inside}", None
+
+
 def sync_bound(m: Measured) -> Finding | None:
     if not m.syncs_per_step or m.syncs_per_step < SYNCS_PER_STEP:
         return None
     ops = ", ".join(f"{k} x{v}" for k, v in sorted(m.sync_ops.items()))
     which, fix, notebook = _sync_advice(m)
+    whose, library_fix = _blame(m)
+    which += whose
+    fix = library_fix or fix
     if m.stall_s is None:  # a CPU: counted, and no cost claimed
         return Finding(
             "sync-bound",
