@@ -14,7 +14,7 @@ export PYTHONUNBUFFERED := 1
 # No MPLBACKEND here: a Jupyter server or kernel that inherits Agg shows no plots. Unit tests
 # choose Agg in tests/conftest.py; the benchmarks recipe sets it for itself.
 
-.PHONY: install run test test-twice test-compat test-learner test-load lint unit notebooks benchmarks bench reference lab kernel clean help
+.PHONY: install run test test-twice test-compat test-learner test-load test-doctor lint unit notebooks benchmarks bench reference lab kernel clean help
 
 help:
 	@echo "make run [PROFILE=smoke|full]  execute the suite into build/runs/<time>/, write build/report.html"
@@ -22,6 +22,7 @@ help:
 	@echo "make test-compat              unit tests + notebooks with the oldest supported torch (.venv-compat)"
 	@echo "make test-learner             every notebook re-run, skipped and run as on Colab (CI runs it too)"
 	@echo "make test-load                every notebook alone and beside one busy process, the thread collapse (CI runs it too)"
+	@echo "make test-doctor              the doctor on whole scripts: its command line and its two bars (CI runs it too)"
 	@echo "make bench                    the capstone benchmark (reference vs fast recipe)"
 	@echo "make reference                on a GPU: full profile + bench, saved to results/reference/"
 	@echo "make lab                      JupyterLab on the notebooks (loopback, token)"
@@ -51,7 +52,7 @@ lint: install
 	$(BIN)/nbstripout --verify notebooks/*.ipynb
 
 unit: install
-	FTG_PROFILE=smoke $(BIN)/python -m pytest tests -q -m "not learner and not load" -n $(TEST_JOBS)
+	FTG_PROFILE=smoke $(BIN)/python -m pytest tests -q -m "not learner and not load and not doctor" -n $(TEST_JOBS)
 
 # Every notebook as a learner uses it (not in `make test`; .ci/run calls it): every notebook in
 # JupyterLab + headless Chromium (the browser test), skip the Explore sections, run everything
@@ -71,7 +72,13 @@ test-load: install
 	FTG_PROFILE=smoke $(BIN)/python -m pytest tests/test_under_load.py benchmarks/test_oversubscription.py -q -s -m load
 
 benchmarks: install   # speed ratios (never absolute times): run on a quiet machine
-	MPLBACKEND=Agg FTG_PROFILE=smoke $(BIN)/python -m pytest benchmarks -q -m "not load and not learner"
+	MPLBACKEND=Agg FTG_PROFILE=smoke $(BIN)/python -m pytest benchmarks -q -m "not load and not learner and not doctor"
+
+# The doctor on whole scripts and loops (not in `make test`; .ci/run calls it): its command line
+# on scripts it did not write, and its two bars (prediction vs re-run, its own cost), which are
+# speed ratios and run alone like the benchmarks. About 3 minutes on the 2-core machine.
+test-doctor: install
+	MPLBACKEND=Agg FTG_PROFILE=smoke $(BIN)/python -m pytest tests benchmarks -q -m doctor
 
 notebooks: install
 	FTG_PROFILE=smoke $(BIN)/python -m pytest -q --nbval-lax --nbval-current-env \

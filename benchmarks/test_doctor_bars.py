@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader
 from helpers import doctor
 from tests.test_doctor import Blurred, batched, tiny_ops_net
 
-pytestmark = pytest.mark.benchmark
+pytestmark = [pytest.mark.benchmark, pytest.mark.doctor]
 PAIRS = 5
 RUNS = 5  # broken-then-fixed pairs per loop; the tiny-op loop's speed drifts 2x between runs
 PREDICTION_BAR = 0.25  # the doctor's promise: within 25 % of the re-measured speed-up

@@ -16,6 +16,7 @@ import torch
 from tests.test_doctor import batched, tiny_ops_net, train
 
 ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.doctor  # whole scripts in child processes: `make test-doctor`
 
 TINY_OPS = """
 import torch
