@@ -507,3 +507,33 @@ def test_syncs_inside_a_library_get_a_fix_the_user_can_make():
         m(syncs_per_step=601, sync_ops={"_local_scalar_dense": 601}, sync_sites=mixed)
     )
     assert "1 per step in your code" in f.evidence and f.fix == rules.READ_FIX
+
+
+def test_the_what_if_change_is_made_in_the_child_only():
+    """The change --what-if carries is made by the doctor's child at its start (threads, TF32,
+    the DataLoader's workers); this process, which imported the same module, is unchanged."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from helpers.doctor import whatif
+
+    change = {"threads": 1, "fp32_precision": "tf32"}
+    change["loader"] = {"num_workers": 2, "persistent_workers": True, "pin_memory": False}
+    code = (
+        "from helpers.doctor import whatif\n"
+        "whatif.apply_in_child()\n"
+        "import torch\n"
+        "from torch.utils.data import DataLoader\n"
+        "mine, theirs = DataLoader(range(8)), DataLoader(range(8), num_workers=1)\n"
+        "print(torch.get_num_threads(), torch.backends.cuda.matmul.fp32_precision,\n"
+        "      torch.backends.cudnn.conv.fp32_precision, mine.num_workers,\n"
+        "      mine.persistent_workers, theirs.num_workers)\n"
+    )
+    env = {**os.environ, whatif.ENV: json.dumps(change), "OMP_NUM_THREADS": "2"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.stdout.split() == ["1", "tf32", "tf32", "2", "True", "1"], out.stderr[-2000:]
+    assert DataLoader(range(8)).num_workers == 0 and whatif.ENV not in os.environ

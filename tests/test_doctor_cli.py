@@ -212,3 +212,67 @@ def test_syncs_inside_lbfgs_are_blamed_on_lbfgs_not_the_users_loop(tmp_path):
     )
     assert "loss.detach()" not in sync["fix"] and "how you call it" in sync["fix"]
     assert {s["library"] for s in out["measured"]["sync_sites"]} == {"torch.optim.lbfgs"}
+
+
+INPUT_BOUND = """
+import time
+
+import torch
+from torch.nn import functional as F
+from torch.utils.data import DataLoader, Dataset
+
+torch.set_num_threads(1)
+
+
+class Slow(Dataset):
+    def __len__(self):
+        return 4096
+
+    def __getitem__(self, i):
+        time.sleep(0.004)  # a slow read: the loop waits for it
+        return torch.randn(16), i % 10
+
+
+net = torch.nn.Linear(16, 10)
+opt = torch.optim.SGD(net.parameters(), lr=0.01)
+for X, y in DataLoader(Slow(), batch_size=8):
+    loss = F.cross_entropy(net(X), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+@pytest.mark.timeout(240)
+def test_what_if_reruns_the_script_with_workers_only_when_asked(tmp_path):
+    r = doctor(tmp_path, INPUT_BOUND, "--steps", "14", "--what-if", "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout)
+    assert out["findings"][0]["kind"] == "input-bound"
+    assert "not run" in out["what_if"]["text"] and "--what-if-loader" in out["what_if"]["text"]
+    r = doctor(tmp_path, INPUT_BOUND, "--steps", "14", "--what-if-loader")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "What-if for input-bound, re-run with every DataLoader built with num_workers=" in (
+        r.stdout
+    )
+    assert "(in the doctor's child only)" in r.stdout and "predicted " in r.stdout
+    assert "it helps" in r.stdout  # 8 sleeping reads per step, now in workers
+    assert (tmp_path / "train.py").read_text() == textwrap.dedent(INPUT_BOUND)  # never modified
+    _no_leftovers()
+
+
+def test_what_if_says_plainly_when_it_does_not_help():
+    from helpers.doctor import whatif
+
+    record = {"finding": "oversubscribed-threads", "change": "torch.set_num_threads(1)"}
+    record |= {"predicted_speedup": 1.4, "measured_speedup": 0.97}
+    record |= {"step_s_before": 0.010, "step_s_after": 0.0103}
+    text = whatif.render(record)
+    assert "predicted 1.40x, measured 0.97x" in text and "it does not help here" in text
+
+
+def test_a_finding_a_rerun_cannot_fix_is_not_rerun():
+    from helpers.doctor import whatif
+
+    change, why = whatif.change_for({"kind": "overhead-bound"}, {"cores": 2}, loader=True)
+    assert change is None and "doctor.watch" in why

@@ -110,6 +110,12 @@ def _root_name(node: ast.expr) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
+# The one place torch is patched, and why it may be: the doctor's child process is its lab,
+# where --what-if-loader (asked for by name) rebuilds the script's DataLoaders with workers; a
+# learner's own process is never patched.
+PATCHES_TORCH = {"helpers/doctor/whatif.py": 1}
+
+
 def test_no_assignment_to_torch_attributes():
     """Patching torch (a private method of its rendezvous, say) breaks with its next release
     and changes it for every other user of the process."""
@@ -133,7 +139,10 @@ def test_no_assignment_to_torch_attributes():
                 and _root_name(node.args[0]) in torch_names
             ):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
-    assert not found
+    per_file = {}
+    for hit in found:
+        per_file[hit.split(":")[0]] = per_file.get(hit.split(":")[0], 0) + 1
+    assert per_file == PATCHES_TORCH, found
 
 
 def test_the_torch_attribute_check_can_fail():

@@ -1,4 +1,5 @@
-"""`python -m helpers.doctor [--steps N] [--timeout S] [--json] script.py [args...]`
+"""`python -m helpers.doctor [--steps N] [--timeout S] [--json] [--what-if [--what-if-loader]]
+script.py [args...]`
 
 The script runs unmodified in a child process of its own session, with the doctor's optimizer
 hook; after the steps it needs the doctor stops it, and the whole process group (DataLoader
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from .. import processes
+from . import whatif
 
 if TYPE_CHECKING:
     from .session import Session
@@ -57,9 +59,22 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="the diagnosis as JSON on stdout (the script's own output: on stderr)",
     )
+    p.add_argument(
+        "--what-if",
+        action="store_true",
+        help="re-run the script, unmodified, for the same steps with the top finding's setting "
+        "changed (threads, fp32 precision) and print the measured speed-up beside the predicted",
+    )
+    p.add_argument(
+        "--what-if-loader",
+        action="store_true",
+        help="with --what-if: the doctor's child may also change DataLoader workers and "
+        "pin_memory (it wraps DataLoader in its own process, never in yours)",
+    )
     p.add_argument("script", help="the training script, run unmodified")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
     a = p.parse_args(argv)
+    a.what_if = a.what_if or a.what_if_loader  # asking for the loader's what-if asks for one
     if a.steps < MIN_STEPS:
         p.error(f"--steps must be an int >= {MIN_STEPS}, got {a.steps}")
     if not a.timeout > 0:
@@ -71,21 +86,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse(argv)
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "diagnosis.json"
-        cmd = [
-            sys.executable,
-            "-m",
-            "helpers.doctor.cli",
-            "--child",
-            str(out),
-            str(a.steps),
-            a.script,
-            *a.args,
-        ]
-        # With --json, stdout is the JSON alone: the script's own output goes to stderr.
-        with processes.subreaper():  # a worker orphaned by the script stays ours to end
-            result = _run_child(cmd, out, a.timeout, sys.stderr if a.json else None)
+    # With --json, stdout is the JSON alone: the script's own output goes to stderr.
+    result = _diagnose(a, sys.stderr if a.json else None)
+    if a.what_if and "text" in result:
+        result["what_if"] = _what_if(a, result, sys.stderr if a.json else None)
+        result["text"] += "\n" + result["what_if"]["text"]
     if a.json:
         print(
             json.dumps({k: v for k, v in result.items() if k not in ("text", "status")}, indent=1)
@@ -98,11 +103,41 @@ def main(argv: list[str] | None = None) -> int:
     return result.get("status", 0 if "text" in result else 2)
 
 
-def _run_child(cmd: list[str], out: Path, timeout: float, stdout: Any) -> dict:
+def _diagnose(a: argparse.Namespace, stdout: Any, change: dict | None = None) -> dict:
+    """One run of the script under the doctor (with `change` made at the child's start)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "diagnosis.json"
+        cmd = [sys.executable, "-m", "helpers.doctor.cli", "--child", str(out), str(a.steps)]
+        env = {whatif.ENV: json.dumps(change)} if change else {}
+        with processes.subreaper():  # a worker orphaned by the script stays ours to end
+            return _run_child([*cmd, a.script, *a.args], out, a.timeout, stdout, env)
+
+
+def _what_if(a: argparse.Namespace, result: dict, stdout: Any) -> dict:
+    """The top finding a re-run can act on, re-run with its change: measured beside predicted."""
+    findings = [f for f in result["findings"] if f["kind"] != "compute-bound"]
+    if not findings:
+        return {"text": "What-if: no finding to try (nothing measured points at a setting)"}
+    top = findings[0]
+    change, words = whatif.change_for(top, result["measured"], a.what_if_loader)
+    if change is None:
+        return {"finding": top["kind"], "text": f"What-if for {top['kind']}: not run: {words}"}
+    after = _diagnose(a, stdout, change)
+    if "measured" not in after:
+        why = after.get("error", "no diagnosis")
+        return {"finding": top["kind"], "change": words, "text": f"What-if: re-run failed: {why}"}
+    record = whatif.compare(result, after, top, change, words)
+    return {**record, "text": whatif.render(record)}
+
+
+def _run_child(
+    cmd: list[str], out: Path, timeout: float, stdout: Any, env_extra: dict | None = None
+) -> dict:
     """Run the doctor's child on the script; its result, or why there is none. The child, its
     workers and anything it started end with it (the suite's one way to end a process tree)."""
     before = processes.descendants()
-    env = {**processes.QUIET_PROFILER, **os.environ}  # no profiler log lines before the report
+    # no profiler log lines before the report
+    env = {**processes.QUIET_PROFILER, **os.environ, **(env_extra or {})}
     child = subprocess.Popen(cmd, start_new_session=True, stdout=stdout, env=env)
     try:
         child.wait(timeout=timeout)
@@ -135,6 +170,8 @@ def _watch_children(seen: set[str], stop: threading.Event) -> None:
 def child(out: Path, steps: int, script: str, args: list[str]) -> None:
     """Run `script` under the doctor's hook and write the diagnosis (or the reason) to `out`."""
     from .session import Session, Stop  # torch: only in the script's process
+
+    whatif.apply_in_child()  # --what-if's change, before the script builds anything
 
     # --steps bounds the run: windows counted in steps only (the notebook form also asks for time)
     session = Session(
@@ -189,8 +226,8 @@ def _result(session: Session, error: str | None, seen: set[str]) -> dict:
                 "status": INCONCLUSIVE,
             }
         m.unseen.append(
-            "DataLoader settings and their what-ifs: from outside a script the loader "
-            "is not in hand (workers are counted as child processes; doctor.watch tries both)"
+            "DataLoader settings: from outside a script the loader is not in hand (workers are "
+            "counted as child processes); --what-if-loader re-runs the script with workers"
         )
         if error:
             m.unseen.append(f"the script stopped early: {error}")

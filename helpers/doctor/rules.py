@@ -58,6 +58,9 @@ class Measured:
     device: str
     step_s: float
     steps: int
+    # the timed window's wall time over its steps: a throughput, steady where steps are bursty
+    # (workers hand over batches in bursts: the median step can be near 0 or a whole load)
+    mean_step_s: float | None = None
     batch_size: int | None = None
     wait_s: float | None = None
     syncs_per_step: float | None = None
