@@ -537,3 +537,54 @@ def test_the_what_if_change_is_made_in_the_child_only():
     )
     assert out.stdout.split() == ["1", "tf32", "tf32", "2", "True", "1"], out.stderr[-2000:]
     assert DataLoader(range(8)).num_workers == 0 and whatif.ENV not in os.environ
+
+
+def test_the_report_says_how_it_counted_a_step():
+    """A GAN's loop: the first optimizer's steps are the steps; the second's are inside them,
+    and the report says so (a step is what the user would call one)."""
+    from helpers.doctor.session import Session
+
+    g, d = nn.Linear(4, 4), nn.Linear(4, 1)
+    opt_d = torch.optim.SGD(d.parameters(), lr=0.01)
+    opt_g = torch.optim.Adam(g.parameters(), lr=0.01)
+    s = Session(warmup=1, timed=3, profiled=1, counted=1, seconds=0.0).start()
+    try:
+        for _ in range(4):
+            d(g(torch.randn(8, 4))).mean().backward()
+            opt_d.step()
+            opt_g.step()
+    finally:
+        s.close()
+    assert s.steps == 4 and s.opt is opt_d
+    assert s.step_counting() == (
+        "a step is the interval between two calls of SGD.step(); other optimizers, counted "
+        "inside the step: Adam.step() 1 per step"
+    )
+    lbfgs = Session()
+    lbfgs.opt = torch.optim.LBFGS(d.parameters())
+    assert "LBFGS.step() (with its closure's forward and backward passes inside)" in (
+        lbfgs.step_counting()
+    )
+
+
+def test_a_loop_that_ends_as_a_window_opens_leaves_no_instrument_running():
+    """The profiler starts when the timed window closes; a loop that ends right there must not
+    leave it running (nor a dispatch mode: the counted window's)."""
+    from torch.autograd import _profiler_enabled  # noqa: PLC2701 - the profiler's own state
+
+    from helpers.doctor.session import Session
+
+    net = nn.Linear(4, 1)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    for steps in (4, 5):  # 4: the profiled window just opened; 5: the counted one
+        s = Session(warmup=1, timed=3, profiled=1, counted=1, seconds=0.0).start()
+        try:
+            for _ in range(steps):
+                net(torch.randn(8, 4)).sum().backward()
+                opt.step()
+        finally:
+            s.close()
+        assert not _profiler_enabled(), steps
+        assert not torch._C._is_torch_function_mode_enabled() and (
+            torch._C._len_torch_dispatch_stack() == 0
+        ), steps

@@ -86,6 +86,7 @@ class Measured:
     unseen: list[str] = field(default_factory=list)
     workers_blocked: str | None = None  # why DataLoader workers could not load the data set
     steps_needed: int = 0  # optimizer steps the windows take: warm-up, timed, profiled, counted
+    step_counting: str = ""  # how a step was counted, in words (the first optimizer's steps)
     not_measured: list[str] = field(default_factory=list)  # windows the loop ended before
 
     @property

@@ -45,6 +45,7 @@ class Window:
     waits: list[float] = field(default_factory=list)
     t0: float = 0.0
     t1: float = 0.0
+    entered: bool = False  # its instrument started (possibly before any of its steps)
 
 
 class Session:
@@ -74,6 +75,7 @@ class Session:
         self.steps, self.wait, self.done, self.handle = 0, 0.0, False, None
         self.prof = self.counter = self.flops = None
         self.workers_seen, self.mem_peak, self.rates = 0, 0.0, None
+        self.other_steps: dict[str, int] = {}  # steps of optimizers other than the first
 
     @property
     def window(self) -> Window | None:
@@ -90,7 +92,8 @@ class Session:
             self.handle.remove()
             self.handle = None
         w = self.window
-        if w is not None and w.exit is not None and w.t0 and not w.t1:  # stopped mid-window
+        # stopped mid-window, or right after its instrument started: end that instrument
+        if w is not None and w.exit is not None and (w.t0 or w.entered) and not w.t1:
             w.exit()
         self.done = True
 
@@ -102,7 +105,11 @@ class Session:
         if self.opt is None:
             self.opt = opt
             self.device = next((p.device for g in opt.param_groups for p in g["params"]), None)
-        if opt is not self.opt or self.done:
+        if opt is not self.opt:  # a GAN's second optimizer: its work is inside the step
+            name = type(opt).__name__
+            self.other_steps[name] = self.other_steps.get(name, 0) + 1
+            return
+        if self.done:
             return
         now = time.perf_counter()
         w = self.windows[self.index]
@@ -132,6 +139,7 @@ class Session:
         nxt = self.windows[self.index]
         if nxt.enter is not None:
             nxt.enter()
+            nxt.entered = True
         devices.synchronize(self.device or torch.device("cpu"))
 
     def trial(
@@ -174,6 +182,22 @@ class Session:
         else:
             self.mem_peak = max(self.mem_peak, float(psutil.Process().memory_info().rss))
 
+    def step_counting(self) -> str:
+        """How a step was counted, in words: the report says it, so the user can check that a
+        step is what they call one."""
+        if self.opt is None:
+            return "no optimizer step seen"
+        name = type(self.opt).__name__
+        text = f"a step is the interval between two calls of {name}.step()"
+        if isinstance(self.opt, torch.optim.LBFGS):
+            text += " (with its closure's forward and backward passes inside)"
+        if self.other_steps and self.steps:
+            others = ", ".join(
+                f"{k}.step() {v / self.steps:.2g} per step" for k, v in self.other_steps.items()
+            )
+            text += f"; other optimizers, counted inside the step: {others}"
+        return text
+
     # --- what the windows measured ---------------------------------------------------------
     def named(self, name: str) -> Window | None:
         return next((w for w in self.windows if w.name == name and w.t1), None)
@@ -202,6 +226,7 @@ class Session:
             cores=processes.usable_cores(),
             steps_needed=sum(w.steps for w in self.windows[:4]),
         )
+        m.step_counting = self.step_counting()
         if loader is not None:  # the in-notebook form timed next() itself, in the timed window
             m.wait_s = statistics.median(timed.waits)
         profiled.read(self, m)

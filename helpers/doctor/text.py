@@ -27,6 +27,8 @@ def render(m: Measured, findings: list[Finding]) -> str:
         f"  threads {m.threads} + DataLoader workers {m.workers} on {m.cores} usable cores"
         + (f"; loader {m.loader}" if m.loader else ""),
     ]
+    if m.step_counting:
+        lines.append(f"  {m.step_counting}")
     if m.hot_ops:
         lines.append("  hot ops: " + ", ".join(f"{h['op']} x{h['per_step']:g}" for h in m.hot_ops))
     if m.memory_peak:
