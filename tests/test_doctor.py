@@ -277,7 +277,16 @@ def test_report_text_and_json_schema():
     mm = m(wait_s=0.005)
     found = rules.diagnose(mm)
     d = rules.as_dict(mm, found)
-    assert set(d) == {"inconclusive", "measured", "findings"} and d["inconclusive"] is False
+    assert set(d) == {"schema", "inconclusive", "measured", "findings"}
+    assert d["inconclusive"] is False
+    import json
+
+    import jsonschema
+
+    schema = json.loads(rules.SCHEMA_FILE.read_text())
+    jsonschema.validate(json.loads(json.dumps(d)), schema)
+    with pytest.raises(jsonschema.ValidationError):  # the schema can fail: an unknown kind
+        jsonschema.validate({**d, "findings": [{**d["findings"][0], "kind": "slow"}]}, schema)
     assert set(d["findings"][0]) >= {"kind", "evidence", "share", "fix", "notebook"}
     text = doctor.render(mm, found)
     assert "input-bound" in text and "03_dataloader_workers.ipynb" in text

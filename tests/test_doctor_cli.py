@@ -9,10 +9,12 @@ import sys
 import textwrap
 from pathlib import Path
 
+import jsonschema
 import psutil
 import pytest
 import torch
 
+from helpers.doctor import rules
 from tests.test_doctor import batched, tiny_ops_net, train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,6 +60,14 @@ def doctor(
     )
 
 
+def report(stdout: str) -> dict:
+    """A --json report, validated against the schema the package ships (every test's report)."""
+    out = json.loads(stdout)
+    jsonschema.validate(out, json.loads(rules.SCHEMA_FILE.read_text()))
+    assert out["schema"] == rules.SCHEMA
+    return out
+
+
 def _no_leftovers():
     mine = [p for p in psutil.Process().children(recursive=True)]
     assert not mine, f"processes left behind: {mine}"
@@ -92,7 +102,7 @@ def test_cli_names_the_overhead_bound_script_stops_it_and_agrees_with_the_notebo
     assert r.returncode == 0, r.stderr[-2000:]
     assert "the script ran to its end" not in r.stdout
     assert (tmp_path / "train.py").read_text() == textwrap.dedent(TINY_OPS)  # never modified
-    out = json.loads(r.stdout)  # the JSON alone: the script's print went to stderr
+    out = report(r.stdout)  # the JSON alone: the script's print went to stderr
     assert "the script's own output" in r.stderr
     # torch.profiler's C++ lines (Kineto's start/stop, its GPU probe's ERROR on a CPU) stay out
     assert not [ln for ln in r.stderr.splitlines() if ln.startswith(("USDT:", "ERROR:", "STAGE:"))]
@@ -125,6 +135,8 @@ def test_cli_says_when_there_is_no_optimizer_step(tmp_path):
 def test_cli_says_when_the_script_fails(tmp_path):
     r = doctor(tmp_path, "raise ValueError('broken on purpose')\n")
     assert r.returncode == 2 and "the script failed: ValueError: broken on purpose" in r.stderr
+    r = doctor(tmp_path, "raise ValueError('broken on purpose')\n", "--json")
+    assert r.returncode == 2 and "broken on purpose" in report(r.stdout)["error"]
     _no_leftovers()
 
 
@@ -172,9 +184,12 @@ def test_a_loop_that_ends_before_the_windows_fill_gets_no_all_clear(tmp_path, st
     counted ones; 3 steps not even the timed one. Either way: status 4, no verdict."""
     r = doctor(tmp_path, SHORT_LBFGS.replace("STEPS", str(steps)), "--steps", "14")
     assert r.returncode == 4, (r.returncode, r.stdout[-2000:], r.stderr[-2000:])
-    report = r.stdout + r.stderr
-    assert "nothing to fix" not in report and "compute-bound" not in report
-    assert "--steps" in report and "--timeout" in report  # how to get a diagnosis
+    if steps == 3:  # the error form of the report says inconclusive too
+        j = doctor(tmp_path, SHORT_LBFGS.replace("STEPS", "3"), "--steps", "14", "--json")
+        assert j.returncode == 4 and report(j.stdout)["inconclusive"] is True
+    said = r.stdout + r.stderr
+    assert "nothing to fix" not in said and "compute-bound" not in said
+    assert "--steps" in said and "--timeout" in said  # how to get a diagnosis
     if steps == 6:
         assert f"the loop took {steps} optimizer steps of the 9" in r.stdout
         assert "not measured: the profiled window" in r.stdout
@@ -188,7 +203,7 @@ def test_a_loop_that_ends_before_the_windows_fill_gets_no_all_clear(tmp_path, st
 def test_the_json_report_says_inconclusive(tmp_path):
     r = doctor(tmp_path, SHORT_LBFGS.replace("STEPS", "6"), "--steps", "14", "--json")
     assert r.returncode == 4, r.stderr[-2000:]
-    out = json.loads(r.stdout)
+    out = report(r.stdout)
     assert out["inconclusive"] is True and out["measured"]["steps_needed"] == 9
     assert out["measured"]["not_measured"] and "compute-bound" not in {
         f["kind"] for f in out["findings"]
@@ -199,7 +214,7 @@ def test_the_json_report_says_inconclusive(tmp_path):
 def test_syncs_inside_lbfgs_are_blamed_on_lbfgs_not_the_users_loop(tmp_path):
     r = doctor(tmp_path, SHORT_LBFGS.replace("STEPS", "40"), "--steps", "14", "--json")
     assert r.returncode == 0, r.stderr[-2000:]
-    out = json.loads(r.stdout)
+    out = report(r.stdout)
     (sync,) = [f for f in out["findings"] if f["kind"] == "sync-bound"]
     line = next(
         i + 1
@@ -247,7 +262,7 @@ for X, y in DataLoader(Slow(), batch_size=8):
 def test_what_if_reruns_the_script_with_workers_only_when_asked(tmp_path):
     r = doctor(tmp_path, INPUT_BOUND, "--steps", "14", "--what-if", "--json")
     assert r.returncode == 0, r.stderr[-2000:]
-    out = json.loads(r.stdout)
+    out = report(r.stdout)
     assert out["findings"][0]["kind"] == "input-bound"
     assert "not run" in out["what_if"]["text"] and "--what-if-loader" in out["what_if"]["text"]
     r = doctor(tmp_path, INPUT_BOUND, "--steps", "14", "--what-if-loader")

@@ -8,9 +8,11 @@ printed, 2 when the script failed or never stepped, 3 when it ran past --timeout
 inconclusive: the loop ended before the doctor's windows filled (the report says what it
 measured, how many steps it saw of how many it needs, and how to get a diagnosis).
 
-`--json` prints {"inconclusive": bool, "measured": {...}, "findings": [{kind, evidence, share,
-fix, notebook, predicted_speedup, predicted_samples_per_s, rule}, ...]}, findings ranked by share
-of step time (null share: counted, not costed), or {"error": "..."} with a non-zero status.
+`--json` prints a report that follows helpers/doctor/report.schema.json (its version in
+"schema"): {"schema", "inconclusive", "measured": {...}, "findings": [{kind, evidence, share, fix,
+notebook, predicted_speedup, predicted_samples_per_s, rule}, ...], "what_if"}, findings ranked by
+share of step time (null share: counted, not costed), or {"schema", "error"} with a non-zero
+status.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from .. import processes
-from . import whatif
+from . import rules, whatif
 
 if TYPE_CHECKING:
     from .session import Session
@@ -92,9 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         result["what_if"] = _what_if(a, result, sys.stderr if a.json else None)
         result["text"] += "\n" + result["what_if"]["text"]
     if a.json:
-        print(
-            json.dumps({k: v for k, v in result.items() if k not in ("text", "status")}, indent=1)
-        )
+        report = {k: v for k, v in result.items() if k not in ("text", "status")}
+        print(json.dumps({"schema": rules.SCHEMA, **report}, indent=1))
     else:
         print(
             result.get("text") or f"doctor: could not diagnose: {result['error']}",
@@ -204,7 +205,6 @@ def child(out: Path, steps: int, script: str, args: list[str]) -> None:
 
 
 def _result(session: Session, error: str | None, seen: set[str]) -> dict:
-    from . import rules
     from .text import MORE_STEPS, render
 
     if session.steps == 0 and error is None:
@@ -247,8 +247,6 @@ def _threads_trial(s: Session, steps: int) -> list:
     """The one what-if a script allows from outside: the steps with a fair number of threads
     (when --steps leaves room for its warm-up and timed steps)."""
     import torch
-
-    from . import rules
 
     m = s.measured()
     if not rules.oversubscribed(m) or s.steps + 2 + s.trial_steps > steps:

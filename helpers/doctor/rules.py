@@ -9,6 +9,11 @@ ranked by share, counted ones last.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+# The --json report's schema: its version, and the JSON Schema shipped beside this module.
+SCHEMA = "feed-the-gpu/doctor-report/1"
+SCHEMA_FILE = Path(__file__).with_name("report.schema.json")
 
 # The removed TensorBoard profiler plugin's advisor: "DataLoader time > 5 % of the step".
 INPUT_WAIT_SHARE = 0.05
@@ -402,11 +407,13 @@ def diagnose(m: Measured) -> list[Finding]:
 
 
 def as_dict(m: Measured, findings: list[Finding]) -> dict:
-    """The `--json` schema: {"measured": {...}, "findings": [ranked {kind, evidence, share, fix,
-    notebook, predicted_speedup, predicted_samples_per_s, rule}]}."""
+    """The `--json` report (SCHEMA_FILE): {"schema", "inconclusive", "measured": {...},
+    "findings": [ranked {kind, evidence, share, fix, notebook, predicted_speedup,
+    predicted_samples_per_s, rule}]}."""
     measured = asdict(m)
     measured["samples_per_s"] = m.samples_per_s
     return {
+        "schema": SCHEMA,
         "inconclusive": inconclusive(m),
         "measured": measured,
         "findings": [asdict(f) for f in findings],
