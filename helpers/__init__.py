@@ -53,6 +53,7 @@ helpers.doctor: the bottleneck doctor, a product of its own (`doctor.watch(loade
   watcher         the in-notebook form, `watch(loader)`, and its measured what-ifs
   text            the diagnosis in words
   cli             the shell form: a script run unmodified, stopped, and cleaned up
+  whatif          --what-if: the script re-run with the top finding's setting changed
 """
 
 __version__ = "0.2.0"
