@@ -76,7 +76,8 @@ benchmarks: install   # speed ratios (never absolute times): run on a quiet mach
 
 # The doctor on whole scripts and loops (not in `make test`; .ci/run calls it): its command line
 # on scripts it did not write, and its two bars (prediction vs re-run, its own cost), which are
-# speed ratios and run alone like the benchmarks. About 3 minutes on the 2-core machine.
+# speed ratios and run alone like the benchmarks, and the corpus of scripts in the styles users
+# write (tests/doctor_corpus/). About 10 minutes on the 2-core machine.
 test-doctor: install
 	MPLBACKEND=Agg FTG_PROFILE=smoke $(BIN)/python -m pytest tests benchmarks -q -m doctor
 

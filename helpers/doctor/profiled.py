@@ -71,8 +71,11 @@ def _from_profiler(prof: torch.profiler.profile, w: object, m: Measured) -> None
             wait += e.time_range.elapsed_us()
         elif e.name in STALL_EVENTS:
             stall += e.time_range.elapsed_us()
-    if m.wait_s is None:  # the CLI: no loader in hand, the profiler's DataLoader events
-        m.wait_s = 1e-6 * wait / w.steps
+    if m.wait_s is None and window_us > 0:  # the CLI: no loader in hand, the profiler's events
+        # the share of the profiled window spent waiting, applied to the timed step: the two
+        # windows' steps differ (the profiler's own cost, a slow first batch of an epoch), and
+        # a wait from one over a step from the other could exceed the step
+        m.wait_s = min(1.0, wait / window_us) * m.step_s
     if m.device == "cuda":
         busy_us = 1e6 * diagnose.busy_seconds(prof, "cuda")
         m.busy = min(1.0, busy_us / window_us) if window_us > 0 else None
