@@ -29,7 +29,7 @@ from torch.utils.data import DataLoader
 
 from helpers import doctor
 from tests.test_doctor import Blurred, batched, tiny_ops_net
-from tests.test_doctor_cli import report
+from tests.test_doctor_cli import INPUT_BOUND, report
 
 pytestmark = [pytest.mark.benchmark, pytest.mark.doctor]
 PAIRS = 5
@@ -120,43 +120,12 @@ def test_watching_costs_at_most_10_percent_of_a_5ms_step():
     assert cost <= 1 + OVERHEAD_BAR
 
 
-# A broken-loop script for the command line: every sample is a slow read (a file on a slow
-# disk), made in the loop's own process (num_workers=0).
-SLOW_READS = """
-import time
-
-import torch
-from torch.nn import functional as F
-from torch.utils.data import DataLoader, Dataset
-
-torch.set_num_threads(1)
-
-
-class SlowReads(Dataset):
-    def __len__(self):
-        return 4096
-
-    def __getitem__(self, i):
-        time.sleep(0.004)
-        return torch.randn(16), i % 10
-
-
-net = torch.nn.Linear(16, 10)
-opt = torch.optim.SGD(net.parameters(), lr=0.01)
-for X, y in DataLoader(SlowReads(), batch_size=8):
-    loss = F.cross_entropy(net(X), y)
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-"""
-
-
 def test_the_command_line_what_if_is_within_25_percent_of_its_prediction(tmp_path):
     """`--what-if-loader` re-runs the script with workers: the speed-up it measures is within
     25 % of the one it predicts (median over runs). Loading that is CPU work on a 2-core machine
     shares the cores with the loop and gains less than predicted: not this bar's case."""
     script = tmp_path / "slow_reads.py"
-    script.write_text(SLOW_READS)
+    script.write_text(INPUT_BOUND)  # every sample a slow read
     ratios = []
     for _ in range(3):
         done = subprocess.run(
