@@ -204,6 +204,19 @@ def m(**kw) -> rules.Measured:
             dict(ops_per_step=100, dispatch_s=0.010 * (rules.OVERHEAD_SHARE - 0.001) / 100),
             dict(ops_per_step=100, dispatch_s=0.010 * (rules.OVERHEAD_SHARE + 0.001) / 100),
         ),
+        (  # against the fastest step where there is one (here half the median step)
+            rules.overhead_bound,
+            dict(
+                best_step_s=0.005,
+                ops_per_step=100,
+                dispatch_s=0.005 * (rules.OVERHEAD_SHARE - 0.001) / 100,
+            ),
+            dict(
+                best_step_s=0.005,
+                ops_per_step=100,
+                dispatch_s=0.005 * (rules.OVERHEAD_SHARE + 0.001) / 100,
+            ),
+        ),
         (
             rules.sync_bound,
             dict(syncs_per_step=rules.SYNCS_PER_STEP - 0.5),

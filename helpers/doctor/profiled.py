@@ -104,11 +104,13 @@ def _memory(session: object, m: Measured) -> None:
 
 
 def machine_rates(device: torch.device | None) -> tuple[float, float]:
-    """(seconds to dispatch one tiny op, FLOP/s of an fp32 matmul), measured on `device` now."""
+    """(seconds to dispatch one tiny op, FLOP/s of an fp32 matmul), measured on `device` now:
+    each the best block, the rate this machine reaches, not its noise (the overhead rule
+    compares the dispatch cost with the fastest step for the same reason)."""
     device = device or torch.device("cpu")
     x = torch.ones(8, device=device)
-    tiny = tb.Timer("x.add_(1)", globals={"x": x}).blocked_autorange(min_run_time=0.05).median
+    tiny = min(tb.Timer("x.add_(1)", globals={"x": x}).blocked_autorange(min_run_time=0.05).times)
     n = 512 if device.type == "cpu" else 4096
     a = torch.randn(n, n, device=device)
     mm = min(tb.Timer("a @ a", globals={"a": a}).blocked_autorange(min_run_time=0.1).times)
-    return tiny, 2 * n**3 / mm  # the best block: the rate this machine reaches, not its noise
+    return tiny, 2 * n**3 / mm

@@ -218,6 +218,7 @@ class Session:
             device=str(self.device.type if self.device is not None else "cpu"),
             step_s=statistics.median(timed.times),
             mean_step_s=(timed.t1 - timed.t0) / len(timed.times),
+            best_step_s=min(timed.times),
             steps=self.steps,
             batch_size=batch_size,
             loader=loader,
