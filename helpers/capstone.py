@@ -150,12 +150,6 @@ class StepResult:
 Train = Callable[..., dict[str, list]]
 
 
-def _cuda_graph_skips() -> int:
-    from torch._dynamo.utils import counters  # Inductor counts every CUDA-graph skip here
-
-    return int(counters["inductor"]["cudagraph_skips"])
-
-
 def measure(
     recipe: Recipe,
     train: Train,
@@ -182,29 +176,18 @@ def measure(
                 f"after the warm-up epoch (got epochs={epochs}): one epoch is one sample"
             )
         torch.compiler.reset()  # each compiled bar starts clean: no earlier bar's graphs
-    skips0 = _cuda_graph_skips() if recipe.uses_cuda_graphs else 0
     net = build_net(width, seed, recipe.init)
     out = train(net, recipe, 1 + epochs, max_batches=max_batches)
     per_epoch = [
         n_train * s / n for s, n in list(zip(out["seconds"], out["samples"], strict=True))[1:]
     ]
-    window = None
-    if busy_steps:
-        n_batches = max(n_train // recipe.batch_size, 2)
-        # the loader's workers fill their prefetch first; a device also fills its launch queue
-        # and allocator cache, which a CPU has not: one step warms it
-        warm = 2 * D2L_WORKERS + 2 if recipe.data == "loader" else 1 if dev.type == "cpu" else 3
-        steps = min(busy_steps, n_batches - 1)
-        window = diagnose.StepWindow(
-            device=dev, warmup=max(1, min(warm, n_batches - steps)), steps=steps
-        )
-        train(net, recipe, 1, max_batches=window.stop_after, on_step=window)
-        window.finish()
+    window = _profiled_epoch(net, recipe, train, dev, n_train, busy_steps) if busy_steps else None
     extra: dict[str, Any] = {"epoch_seconds": per_epoch}
-    if recipe.uses_cuda_graphs:
-        launches = window.count("cudaGraphLaunch") if window is not None else None
-        extra["cudagraph_skips"] = _cuda_graph_skips() - skips0
-        extra["cuda_graphs_used"] = extra["cudagraph_skips"] == 0 and launches != 0
+    if recipe.uses_cuda_graphs and window is not None:
+        # the profiler sees each graph replay as a cudaGraphLaunch; none: the steps ran kernel
+        # by kernel (Inductor skipped the graphs; TORCH_LOGS=perf_hints,cudagraphs says why)
+        extra["cuda_graph_launches"] = window.count("cudaGraphLaunch")
+        extra["cuda_graphs_used"] = extra["cuda_graph_launches"] > 0
     seconds = statistics.median(per_epoch)
     busy = window.busy_fraction if window is not None else None
     return StepResult(
@@ -216,6 +199,25 @@ def measure(
         spread_s=max(per_epoch) - min(per_epoch),
         extra=extra,
     )
+
+
+def _profiled_epoch(
+    net: nn.Module, recipe: Recipe, train: Train, dev: torch.device, n_train: int, busy_steps: int
+) -> diagnose.StepWindow:
+    """`busy_steps` steady steps of one more epoch under the profiler, past the warm-up."""
+    n_batches = max(n_train // recipe.batch_size, 2)
+    # the loader's workers fill their prefetch first; a device also fills its launch queue
+    # and allocator cache, which a CPU has not: one step warms it
+    warm = 2 * D2L_WORKERS + 2 if recipe.data == "loader" else 1 if dev.type == "cpu" else 3
+    steps = min(busy_steps, n_batches - 1)
+    window = diagnose.StepWindow(
+        device=dev, warmup=max(1, min(warm, n_batches - steps)), steps=steps
+    )
+    try:
+        train(net, recipe, 1, max_batches=window.stop_after, on_step=window)
+    finally:
+        window.finish()  # the profiler stops also when the run is interrupted
+    return window
 
 
 def keeps(new: StepResult, best: StepResult, tolerance: float = 0.02) -> bool:

@@ -8,7 +8,7 @@
 
 A step is timed up to the next `next()`, after a device sync, so queued GPU work is charged to
 the step, not the data (`sync_every=k`: fewer stalls, the totals stay right). `StepWindow` is
-notebook 17's profiler set-up as a per-step hook, for the loops notebook 18 writes in its cells.
+notebook 17's profiler schedule as a per-step hook, for the loops notebook 18 writes in its cells.
 """
 
 from __future__ import annotations
@@ -18,13 +18,18 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
-from torch.profiler import ProfilerActivity, profile
+from torch.profiler import ProfilerActivity, profile, schedule
 
 from .checks import check_choice, check_int
 from .devices import as_device, synchronize
 
-INPUT_BOUND = 0.30  # at least this share of step time waiting for data: the loop is input-bound
-NOTICEABLE = 0.10  # at least this share: a cost worth knowing, not yet the bottleneck
+# The suite's one rule set for a loop's time (notebooks 03 and 17, the capstone, the doctor),
+# each threshold from the TensorBoard profiler plugin's performance advisor (the plugin is
+# retired, its rules kept): "DataLoader time > 5 % of the step" -> more workers; "GPU
+# utilisation < 50 %" -> a bigger batch (RunProfileData.analyze in
+# https://github.com/pytorch/kineto/blob/0346c492c60257b37ba198613de64dfe5e574c96/tb_plugin/torch_tb_profiler/profiler/data.py).
+INPUT_WAIT_SHARE = 0.05  # waiting for data at least this share of the step: input-bound
+DEVICE_BUSY = 0.50  # the device busy at least this share of the step: bound by its arithmetic
 
 
 def profiler_activities(device: str | torch.device) -> list[ProfilerActivity]:
@@ -44,7 +49,7 @@ def profiler_activities(device: str | torch.device) -> list[ProfilerActivity]:
 
 def wait_verdict(wait_fraction: float) -> tuple[str, str]:
     """(kind, sentence) for a share of step time spent waiting for data; kind is
-    'input-bound', 'noticeable' or 'not input-bound'."""
+    'input-bound' (at least INPUT_WAIT_SHARE) or 'not input-bound'."""
     if (
         not isinstance(wait_fraction, int | float)
         or isinstance(wait_fraction, bool)
@@ -54,19 +59,16 @@ def wait_verdict(wait_fraction: float) -> tuple[str, str]:
             f"wait_verdict: wait_fraction must be a fraction in [0, 1], got {wait_fraction!r}"
         )
     pct = 100 * wait_fraction
-    if wait_fraction >= INPUT_BOUND:
+    rule = f"(the rule: input-bound from {INPUT_WAIT_SHARE:.0%})"
+    if wait_fraction >= INPUT_WAIT_SHARE:
         return "input-bound", (
-            f"{pct:.0f} % of step time is waiting for data: the loop is input-bound (I/O or CPU "
-            "preprocessing). Add DataLoader workers, keep the data in memory as uint8, or move "
-            "augmentation to the device; a faster model will not help."
-        )
-    if wait_fraction >= NOTICEABLE:
-        return "noticeable", (
-            f"{pct:.0f} % of step time is waiting for data: input is a noticeable "
-            "but not dominant cost."
+            f"{pct:.0f} % of step time is waiting for data: input-bound {rule}. Add DataLoader "
+            "workers, keep the data in memory as uint8, or move augmentation to the device; a "
+            f"faster model saves at most the other {100 - pct:.0f} %."
         )
     return "not input-bound", (
-        f"only {pct:.0f} % of step time is waiting for data: the loop is compute-bound."
+        f"only {pct:.0f} % of step time is waiting for data {rule}: the time is in the step, "
+        "and faster input saves at most that much."
     )
 
 
@@ -148,12 +150,13 @@ def busy_seconds(prof: profile, device_type: str) -> float:
 
 
 class StepWindow:
-    """Profile steps `warmup+1 ... warmup+steps` of a loop that calls `w(k)` after its k-th step.
-
-    The first `warmup` steps run unprofiled (worker start-up, lazy initialisation, compiling,
-    CUDA-graph recording); the device is synchronised at both edges of the window. Call
-    `finish()` after the loop: it closes a window the loop ended early (`steps_done`: how many
-    steps the window saw).
+    """Profile steps `warmup+1 ... warmup+steps` of a loop that calls `w(k)` after its k-th step:
+    `torch.profiler.schedule` (notebook 17) with `warmup-1` steps unprofiled (worker start-up,
+    lazy initialisation, compiling, CUDA-graph recording), one profiler warm-up step (the
+    profiler's own start-up) and `steps` recorded. Make it just before the loop: the profiler
+    counts steps from then on. The device is synchronised at both edges of the recorded steps.
+    Call `finish()` after the loop (also after an error): it closes a window the loop ended
+    early (`steps_done`: how many steps were recorded).
     """
 
     def __init__(
@@ -162,51 +165,56 @@ class StepWindow:
         check_int("warmup", warmup, where="StepWindow")
         check_int("steps", steps, where="StepWindow")
         self.device = as_device(device)
-        self.warmup, self.stop_after = (
-            warmup,
-            warmup + steps,
-        )  # stop_after: the loop's steps for all of it
-        self.prof: profile | None = None
+        self.warmup, self.steps = warmup, steps
+        self.stop_after = warmup + steps  # the steps the loop needs for all of it
         self.t0 = self.wall = 0.0
-        self.steps_done, self._running = 0, False
+        self.steps_done, self.recorded = 0, False
+        self.prof = profile(
+            activities=profiler_activities(self.device),
+            schedule=schedule(wait=warmup - 1, warmup=1, active=steps, repeat=1),
+            on_trace_ready=self._ready,
+        )
+        self.prof.start()
+        self._open = True
+
+    def _ready(self, prof: profile) -> None:
+        self.recorded = True
 
     def __call__(self, step: int) -> None:
-        if step == self.warmup and self.prof is None:
-            synchronize(self.device)
-            self.prof = profile(activities=profiler_activities(self.device))
-            self.prof.start()
-            self._running = True
-            self.t0 = time.perf_counter()
-        elif self._running:
+        if not self._open:
+            return
+        if self.warmup < step <= self.stop_after:
             self.steps_done = step - self.warmup
-            if step == self.stop_after:
-                self.finish()
+        if step == self.warmup:  # the recorded steps start now
+            synchronize(self.device)
+            self.prof.step()
+            self.t0 = time.perf_counter()
+        elif step == self.stop_after:
+            self.finish()
+        else:
+            self.prof.step()
 
     def finish(self) -> StepWindow:
-        if self._running:
+        if self._open:
             synchronize(self.device)
-            self.wall = time.perf_counter() - self.t0
-            self.prof.stop()
-            self._running = False
+            if self.steps_done:
+                self.wall = time.perf_counter() - self.t0
+            self.prof.stop()  # the trace is ready if any step was recorded
+            self._open = False
         return self
 
     @property
     def busy_fraction(self) -> float | None:
-        """Kernel time (GPU) or operator self time (CPU) over the window's wall time; None when
-        the loop never reached the window, or where kernel time is not read (MPS records none;
-        XPU records its kernels, this reads CUDA's only)."""
-        if (
-            self.prof is None
-            or self._running
-            or not self.wall
-            or self.device.type not in ("cpu", "cuda")
-        ):
+        """Kernel time (GPU) or operator self time (CPU) over the recorded steps' wall time
+        (`busy_seconds`); None when the loop never reached them, or where kernel time is not
+        read (MPS records none; XPU records its kernels, this reads CUDA's only)."""
+        if not self.recorded or not self.wall or self.device.type not in ("cpu", "cuda"):
             return None
         return min(busy_seconds(self.prof, self.device.type) / self.wall, 1.0)
 
     def count(self, prefix: str) -> int:
         """How many events whose name starts with `prefix` ran in the window (e.g.
         'cudaGraphLaunch': CUDA graphs replayed; 0: the steps ran kernel by kernel)."""
-        if self.prof is None:
+        if not self.recorded:
             return 0
         return sum(e.count for e in self.prof.key_averages() if e.key.startswith(prefix))

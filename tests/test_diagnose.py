@@ -27,6 +27,7 @@ def test_step_window_profiles_its_steps_and_a_compute_bound_loop_is_busy():
     _loop(w, w.stop_after + 2)  # the loop runs on past the window: those steps are not profiled
     w.finish()
     assert w.steps_done == 2 and w.count("aten::convolution") > 0 and w.count("no such op") == 0
+    assert w.count("ProfilerStep") == 2  # the schedule recorded the window's steps, no more
     assert 0.5 < w.busy_fraction <= 1.0  # convolutions, not Python, fill a ResNet step
 
 
@@ -61,7 +62,7 @@ def test_compute_bound_loop_is_diagnosed():
     for _ in meter:
         time.sleep(0.02)
     assert meter.summary()["wait_fraction"] < 0.1
-    assert "compute-bound" in meter.diagnosis()
+    assert "the time is in the step" in meter.diagnosis()
 
 
 def test_bad_sync_every():
@@ -86,19 +87,20 @@ def test_skip_leaves_out_the_first_steps():
 
 
 @pytest.mark.parametrize(
-    "wait",
-    [0.0, 0.05, diagnose.NOTICEABLE, 0.2, diagnose.INPUT_BOUND - 1e-9, diagnose.INPUT_BOUND, 0.9],
+    "wait", [0.0, diagnose.INPUT_WAIT_SHARE - 1e-9, diagnose.INPUT_WAIT_SHARE, 0.5, 1.0]
 )
-def test_wait_verdict_either_side_of_its_thresholds(wait):
+def test_wait_verdict_either_side_of_its_threshold(wait):
     kind, sentence = diagnose.wait_verdict(wait)
-    expected = (
-        "input-bound"
-        if wait >= diagnose.INPUT_BOUND
-        else "noticeable"
-        if wait >= diagnose.NOTICEABLE
-        else "not input-bound"
-    )
+    expected = "input-bound" if wait >= diagnose.INPUT_WAIT_SHARE else "not input-bound"
     assert kind == expected and f"{100 * wait:.0f} %" in sentence
+    assert f"input-bound from {diagnose.INPUT_WAIT_SHARE:.0%}" in sentence  # the rule it used
+
+
+def test_the_doctor_and_the_notebooks_share_one_rule_set():
+    from helpers.doctor import rules
+
+    assert rules.INPUT_WAIT_SHARE is diagnose.INPUT_WAIT_SHARE
+    assert rules.LOW_BUSY is diagnose.DEVICE_BUSY
 
 
 def test_profiler_activities_ask_for_the_gpu_kernels_where_torch_profiler_records_them():

@@ -75,6 +75,20 @@ def _against_setup(probes: dict, cell: int, setup_cell: int) -> int | str:
     return "the setup's" if threads == probes[setup_cell]["threads"] else threads
 
 
+def _same_thread_counts(name: str, first: dict, second: dict, after_setup: int) -> None:
+    """No section changes the thread count and keeps it. The setup picks its count from the
+    cores free at that moment (devices.share()), which a busy machine changes between passes:
+    each pass is read against its own setup's choice."""
+    for i in (i for i in first if i >= after_setup):
+        assert _against_setup(second, i, after_setup) == _against_setup(first, i, after_setup), (
+            f"{name}: after cell {i} the second time, "
+            f"torch uses {second[i]['threads']} threads (the setup chose "
+            f"{second[after_setup]['threads']}), the first time {first[i]['threads']} (the setup "
+            f"chose {first[after_setup]['threads']}): a section changed the thread count and "
+            "kept it"
+        )
+
+
 def test_thread_counts_are_read_against_each_passes_setup():
     loaded = {2: {"threads": 1}, 5: {"threads": 1}}
     quiet = {2: {"threads": 2}, 5: {"threads": 2}}
@@ -167,16 +181,7 @@ def test_skip_explore_rerun_everything_and_explore_first(path):
     after_setup = setup[-1] if setup else code[0]
     # from the end of the setup on (the setup may set the notebook's thread count on purpose; the
     # cells before it, such as the hosted setup cell, see what the previous pass left)
-    # The setup picks its count from the cores free at that moment (devices.share()), which a busy
-    # machine changes between passes: each pass is read against its own setup's choice.
-    for i in (i for i in first if i >= after_setup):
-        assert _against_setup(second, i, after_setup) == _against_setup(first, i, after_setup), (
-            f"{path.name}: after cell {i} the second time, "
-            f"torch uses {second[i]['threads']} threads (the setup chose "
-            f"{second[after_setup]['threads']}), the first time {first[i]['threads']} (the setup "
-            f"chose {first[after_setup]['threads']}): a section changed the thread count and "
-            "kept it"
-        )
+    _same_thread_counts(path.name, first, second, after_setup)
     changed = {
         k: (v, second[after_setup]["settings"].get(k))
         for k, v in first[after_setup]["settings"].items()

@@ -29,9 +29,11 @@ def _sample_one_child(out) -> None:
         if not ready.wait(60):
             out.put("the child did not touch its memory within 60 s")
             return
-        time.sleep(
-            0.5
-        )  # several samples while the child holds its memory, however slow the machine
+        # several samples while the child holds its memory, however slow or busy the machine
+        # (a fixed sleep can pass with the sampler's thread never scheduled)
+        taken, deadline = len(mem.samples), time.monotonic() + 60
+        while len(mem.samples) < taken + 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
         release.set()
     p.join()
     out.put({**mem.summary(), "live": wm.live_workers()})

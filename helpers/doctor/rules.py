@@ -11,14 +11,16 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .. import diagnose
+
 # The --json report's schema: its version, and the JSON Schema shipped beside this module.
 SCHEMA = "feed-the-gpu/doctor-report/1"
 SCHEMA_FILE = Path(__file__).with_name("report.schema.json")
 
-# The removed TensorBoard profiler plugin's advisor: "DataLoader time > 5 % of the step".
-INPUT_WAIT_SHARE = 0.05
-# The same advisor: "GPU utilisation < 50 %" -> a bigger batch (CUDA only: busy is measured there).
-LOW_BUSY = 0.50
+# The data wait and the device busy share: the suite's one rule set (helpers.diagnose, from the
+# removed TensorBoard profiler plugin's advisor); busy is measured on CUDA only.
+INPUT_WAIT_SHARE = diagnose.INPUT_WAIT_SHARE
+LOW_BUSY = diagnose.DEVICE_BUSY
 # The same advisor: "peak memory > 90 %" -> smaller batch, activation checkpointing.
 MEMORY_PEAK_SHARE = 0.90
 # Measured here: the ops a step dispatches times this machine's measured cost of dispatching one
