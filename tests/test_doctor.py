@@ -610,3 +610,25 @@ def test_a_loop_that_ends_as_a_window_opens_leaves_no_instrument_running():
         assert not torch._C._is_torch_function_mode_enabled() and (
             torch._C._len_torch_dispatch_stack() == 0
         ), steps
+
+
+@pytest.mark.parametrize(
+    "line, runtime",
+    [
+        (
+            "ERROR:2026-11-28 09:01:09 9239:9239 DeviceProperties.cpp:56] gpuGetDeviceCount failed",
+            1,
+        ),
+        (
+            "USDT:2026-11-28 09:01:09 9239:9239 SyncActivityProfilerHandler.cpp:39] profiler_start",
+            1,
+        ),
+        ("W1128 10:41:32.766000 26419 torch/utils/cpp_extension.py:183] No CUDA runtime", 1),
+        ("ERROR: my loss is nan at step 3", 0),  # the script's own: kept
+        ("W1128 is a fine name for a run", 0),
+    ],
+)
+def test_runtime_log_lines_are_told_from_the_scripts_own(line, runtime):
+    from helpers.doctor import cli
+
+    assert bool(cli.RUNTIME_LOG.match(line)) == bool(runtime)

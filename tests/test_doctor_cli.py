@@ -4,6 +4,7 @@ the same diagnosis as the in-notebook form, and leaves no process behind."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -116,6 +117,32 @@ def test_cli_names_the_overhead_bound_script_stops_it_and_agrees_with_the_notebo
     finally:
         torch.set_num_threads(before)
     assert w.findings[0].kind == out["findings"][0]["kind"]
+
+
+NOISY = """
+import sys
+
+import torch
+
+net = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+print("ERROR: the script's own error line", file=sys.stderr)
+print("W1128 10:41:32.766000 26419 fake/runtime.py:1] a runtime log line", file=sys.stderr)
+for _ in range(40):
+    net(torch.randn(16, 8)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+@pytest.mark.timeout(300)
+def test_runtime_log_lines_are_hidden_and_counted_the_scripts_own_are_kept(tmp_path):
+    r = doctor(tmp_path, NOISY, "--steps", "14")
+    assert r.returncode in (0, 4), r.stderr[-2000:]
+    assert "ERROR: the script's own error line" in r.stderr
+    assert "a runtime log line" not in r.stderr + r.stdout
+    assert re.search(r"\b[1-9]\d* log lines? of PyTorch's runtime .* hidden", r.stdout), r.stdout
+    _no_leftovers()
 
 
 @pytest.mark.timeout(120)

@@ -1,7 +1,8 @@
 """The doctor on a corpus of training scripts in the styles users write (tests/doctor_corpus/),
 run unmodified from the command line. Each script's docstring says what the doctor must find:
 `expect: <kind>` for the top finding, `a|b` where either is honest on the machine in hand,
-`inconclusive` for exit status 4, `any` where only a clean diagnosis is asked. Every report
+`inconclusive` for exit status 4, `any` where only a clean diagnosis is asked; `unseen: <text>`
+lines, what the report must say it could not see. Every report
 validates against the shipped schema, no script is edited, and no process is left behind.
 `make test-doctor` runs it (about five minutes on 2 cores)."""
 
@@ -53,5 +54,8 @@ def test_the_doctor_finds_what_each_script_has(script):
             assert out["findings"][0]["kind"] in want.split("|"), [
                 (f["kind"], f["evidence"]) for f in out["findings"]
             ]
+    for text in re.findall(r"^unseen: (.+)$", before, flags=re.M):
+        assert any(text in u for u in out["measured"]["unseen"]), out["measured"]["unseen"]
+    assert "global hooks" not in done.stderr  # the doctor's own instruments warn nothing
     assert script.read_text() == before  # never edited
     assert not psutil.Process().children(recursive=True), "processes left behind"

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import runpy
 import subprocess
 import sys
@@ -38,6 +39,13 @@ if TYPE_CHECKING:
     from .session import Session
 
 MIN_STEPS = 12  # warm-up 2, timed >= 3 (+ margin), profiled 2, counted 2
+# Log lines of PyTorch's runtime, not of the script: Kineto's ("ERROR:2026-11-28 09:01:09
+# 9239:9239 File.cpp:39] ...") and glog's or torch logging's ("W1128 10:41:32.766000 26419
+# path/file.py:183] ..."). A script's own "ERROR: ..." line has neither shape and is kept.
+RUNTIME_LOG = re.compile(
+    r"^(?:[A-Z]+:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ \S+:\d+\]"
+    r"|[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\])"
+)
 INCONCLUSIVE = 4  # the exit status when the loop ended before the windows filled
 PROCESSES = (
     "the script started processes of its own ({}): the doctor watches only the process "
@@ -93,6 +101,14 @@ def main(argv: list[str] | None = None) -> int:
     if a.what_if and "text" in result:
         result["what_if"] = _what_if(a, result, sys.stderr if a.json else None)
         result["text"] += "\n" + result["what_if"]["text"]
+    hidden = result.pop("log_lines_hidden", 0) + result.get("what_if", {}).pop(
+        "log_lines_hidden", 0
+    )
+    if hidden and "text" in result:
+        result["text"] += (
+            f"\n  {hidden} log line{'s' * (hidden != 1)} of PyTorch's runtime (profiler, C++ "
+            "logging) hidden; the script's own output is above the report"
+        )
     if a.json:
         report = {k: v for k, v in result.items() if k not in ("text", "status")}
         print(json.dumps({"schema": rules.SCHEMA, **report}, indent=1))
@@ -128,7 +144,8 @@ def _what_if(a: argparse.Namespace, result: dict, stdout: Any) -> dict:
         why = after.get("error", "no diagnosis")
         return {"finding": top["kind"], "change": words, "text": f"What-if: re-run failed: {why}"}
     record = whatif.compare(result, after, top, change, words)
-    return {**record, "text": whatif.render(record)}
+    hidden = after.get("log_lines_hidden", 0)
+    return {**record, "text": whatif.render(record), "log_lines_hidden": hidden}
 
 
 def _run_child(
@@ -139,11 +156,18 @@ def _run_child(
     before = processes.descendants()
     # no profiler log lines before the report
     env = {**processes.QUIET_PROFILER, **os.environ, **(env_extra or {})}
-    child = subprocess.Popen(cmd, start_new_session=True, stdout=stdout, env=env)
+    child = subprocess.Popen(
+        cmd, start_new_session=True, stdout=stdout, stderr=subprocess.PIPE, env=env, text=True
+    )
+    hidden: list[str] = []
+    relay = threading.Thread(target=_relay_stderr, args=(child.stderr, hidden), daemon=True)
+    relay.start()
     try:
         child.wait(timeout=timeout)
+        relay.join(timeout=5)
         if out.is_file():
-            return json.loads(out.read_text())
+            return {**json.loads(out.read_text()), "log_lines_hidden": len(hidden)}
+        sys.stderr.writelines(hidden)  # no diagnosis: the runtime's lines may say why
         return {
             "error": f"the script's process ended (status {child.returncode}) before a diagnosis"
         }
@@ -156,6 +180,16 @@ def _run_child(
     finally:
         processes.end_tree(processes.started_since(before), grace=5.0)
         child.wait()
+
+
+def _relay_stderr(stream: Any, hidden: list[str]) -> None:
+    """The child's stderr to ours, line by line, but PyTorch's runtime log lines: kept back."""
+    for line in stream:
+        if RUNTIME_LOG.match(line):
+            hidden.append(line)
+        else:
+            sys.stderr.write(line)
+            sys.stderr.flush()
 
 
 def _watch_children(seen: set[str], stop: threading.Event) -> None:

@@ -32,6 +32,8 @@ UNSEEN = {
     ],
     "cuda": [],
 }
+# The profiler's label for each call of a torch.compile'd region (frame/compile ids after it).
+COMPILED_EVENT = "Torch-Compiled Region"
 
 
 def read(session: object, m: Measured) -> None:
@@ -64,13 +66,23 @@ def read(session: object, m: Measured) -> None:
 def _from_profiler(prof: torch.profiler.profile, w: object, m: Measured) -> None:
     window_us = 1e6 * (w.t1 - w.t0)
     wait = stall = 0.0
+    compiled = 0
     for e in prof.events():
         if str(e.device_type).endswith("CUDA"):  # a kernel: the busy formula reads those
             continue
-        if e.name.startswith(LOADER_EVENT) and "__next__" in e.name:
+        if e.name.startswith(COMPILED_EVENT):
+            compiled += 1
+        elif e.name.startswith(LOADER_EVENT) and "__next__" in e.name:
             wait += e.time_range.elapsed_us()
         elif e.name in STALL_EVENTS:
             stall += e.time_range.elapsed_us()
+    if compiled:
+        m.unseen.append(
+            f"inside compiled graphs (torch.compile'd regions per step: {compiled / w.steps:.3g}): "
+            "Inductor's fused kernels do not pass the dispatcher, so the ops, FLOPs and "
+            "syncs counted there are only the library calls the graph makes (matmuls, "
+            "convolutions); the step's time is measured as it runs"
+        )
     if m.wait_s is None and window_us > 0:  # the CLI: no loader in hand, the profiler's events
         # the share of the profiled window spent waiting, applied to the timed step: the two
         # windows' steps differ (the profiler's own cost, a slow first batch of an epoch), and

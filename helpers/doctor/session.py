@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import statistics
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -26,6 +27,9 @@ from .. import devices, processes
 from ..diagnose import profiler_activities
 from .counting import OpCounter
 from .rules import Measured, Trial
+
+# torch.compile's warning when a module runs with global module hooks installed
+COMPILE_HOOKS_WARNING = r"Using `torch.compile\(module\)` when there are global hooks"
 
 
 class Stop(BaseException):  # noqa: N818 - not an error: the doctor has what it needs
@@ -167,6 +171,11 @@ class Session:
         self.workers_seen = len(psutil.Process().children())
 
     def _start_counting(self) -> None:
+        # FlopCounterMode tracks modules with global hooks, for which a torch.compile'd module
+        # warns: the doctor's own hooks, for these steps only, so the warning is the doctor's
+        self.quiet = warnings.catch_warnings()
+        self.quiet.__enter__()
+        warnings.filterwarnings("ignore", COMPILE_HOOKS_WARNING, UserWarning)
         self.flops = FlopCounterMode(display=False)
         self.flops.__enter__()
         self.counter = OpCounter(self.device)
@@ -175,6 +184,7 @@ class Session:
     def _stop_counting(self) -> None:
         self.counter.__exit__(None, None, None)
         self.flops.__exit__(None, None, None)
+        self.quiet.__exit__(None, None, None)
 
     def _sample_memory(self) -> None:
         if self.device is not None and self.device.type == "cuda":

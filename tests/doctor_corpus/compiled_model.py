@@ -1,6 +1,7 @@
 """A torch.compile'd model: the doctor runs and times it; what happens inside the compiled
-graph is not counted op by op.
+graph is not counted op by op, and the report says so.
 expect: any
+unseen: inside compiled graphs
 """
 
 import torch
