@@ -632,3 +632,11 @@ def test_runtime_log_lines_are_told_from_the_scripts_own(line, runtime):
     from helpers.doctor import cli
 
     assert bool(cli.RUNTIME_LOG.match(line)) == bool(runtime)
+
+
+def test_an_overhead_estimate_past_the_step_is_not_printed_as_a_share_of_it():
+    within = rules.overhead_bound(m(ops_per_step=100, dispatch_s=0.010 * 0.5 / 100))
+    past = rules.overhead_bound(m(ops_per_step=100, dispatch_s=0.010 * 1.5 / 100))
+    assert "= 50 % of the 10.00 ms fastest step" in within.evidence
+    assert "= 15.00 ms, at least the whole 10.00 ms fastest step" in past.evidence
+    assert past.share == 1.0
