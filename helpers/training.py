@@ -216,7 +216,9 @@ _SAVE_AS: list[str] = []  # where `saved_as_if_on` says CPU storages live, while
 
 @functools.cache
 def _register_tag() -> None:
-    # once: outside `saved_as_if_on` this tagger says None, and torch's own taggers decide
+    # once, on first use (never at import): torch.serialization has no way to remove a tagger,
+    # so this one stays for the process, but outside `saved_as_if_on` it says None and torch's
+    # own taggers decide, as if it were not there
     ser.register_package(
         1,
         lambda storage: _SAVE_AS[-1] if _SAVE_AS and storage.device.type == "cpu" else None,
