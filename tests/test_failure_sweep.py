@@ -807,6 +807,12 @@ CASES = [
         ["--profile", "fast"],
     ),
     case(
+        runner.headless_client,
+        TypeError,
+        r"headless_client: nb must be a notebook \(nbformat.read\(...\)\), got str",
+        "notebook.ipynb",
+    ),
+    case(
         runner.choose_profile,
         ValueError,
         r"profile \(or \$FTG_PROFILE\) must be one of 'smoke', 'gpu', 'full', 'auto', got 'fast'",
@@ -1192,6 +1198,7 @@ def test_the_sweep_covers_every_public_helper():
         "data.urlparse",
         "catalog.main",
         "data.to_unit_float",
+        "runner.HeadlessOutputWidget",  # made by nbclient, from the kernel's own messages
     }  # a batch function: TensorBatches checks the batches
     covered = {
         f"{c.fn.__module__.split('.')[-1]}.{c.fn.__qualname__.split('.')[0]}"

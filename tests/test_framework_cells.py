@@ -23,6 +23,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from helpers.suite import runner
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = [
     "lightning",
@@ -88,14 +90,12 @@ def _framework_cell_output(nb: nbformat.NotebookNode) -> str:
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_lightning_and_accelerate_cells_train(name, frameworks_dir, tmp_path, monkeypatch):
-    from nbclient import NotebookClient
-
     # the kernel inherits this environment: the frameworks first, then this checkout's helpers
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(frameworks_dir), str(ROOT)]))
     monkeypatch.setenv("FTG_PROFILE", "smoke")
     monkeypatch.setenv("FTG_BUILD_DIR", str(tmp_path / "build"))
     nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
-    NotebookClient(
+    runner.headless_client(
         nb,
         timeout=600,
         kernel_name="python3",

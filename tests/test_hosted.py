@@ -25,7 +25,7 @@ import pytest
 from packaging.requirements import Requirement
 
 from helpers import paths
-from helpers.suite import setup_cell
+from helpers.suite import runner, setup_cell
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -233,8 +233,6 @@ def hosted_python(tmp_path_factory) -> Path:
     "name", ["00_your_machine_and_timing", "06_batch_size_and_accumulation", "18_capstone"]
 )
 def test_notebook_runs_from_an_empty_folder_with_only_the_setup_cell(hosted_python, tmp_path, name):
-    from nbclient import NotebookClient
-
     work = tmp_path / "content"  # Colab's working directory, empty but for the notebook
     work.mkdir()
     shutil.copy2(ROOT / "notebooks" / f"{name}.ipynb", work)
@@ -270,7 +268,7 @@ def test_notebook_runs_from_an_empty_folder_with_only_the_setup_cell(hosted_pyth
     os.environ.clear()
     os.environ.update(env)
     try:
-        NotebookClient(
+        runner.headless_client(
             nb, kernel_name="hosted", timeout=600, resources={"metadata": {"path": str(work)}}
         ).execute()
     finally:

@@ -47,7 +47,7 @@ def _smoke(monkeypatch):
 
 
 def _client(nb: nbformat.NotebookNode) -> NotebookClient:
-    return NotebookClient(
+    return runner.headless_client(
         nb,
         timeout=900,
         kernel_name="python3",

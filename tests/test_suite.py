@@ -59,6 +59,52 @@ def test_a_kernel_that_dies_before_any_cell_is_started_once_more(
     assert (res["status"], len(calls)) == (status, tries), res
 
 
+class _NoShell:
+    """A kernel client whose shell channel must not be used (what HeadlessOutputWidget avoids)."""
+
+    class shell_channel:  # noqa: N801 - the attribute nbclient reads
+        @staticmethod
+        def send(msg):
+            raise AssertionError(f"sent on the shell channel: {msg}")
+
+    class session:  # noqa: N801
+        @staticmethod
+        def msg(*args, **kwargs):
+            return {}
+
+
+def test_headless_output_widgets_record_outputs_and_send_nothing_to_the_kernel():
+    nb = nbformat.v4.new_notebook()
+    client = runner.headless_client(nb, timeout=30)
+    widget_class = client.widget_registry["@jupyter-widgets/output"]["OutputModel"]
+    assert widget_class is runner.HeadlessOutputWidget
+    client.widget_state["c1"] = {}  # as nbclient does on the widget's comm_open
+    widget = widget_class("c1", {"outputs": []}, _NoShell(), client)
+    stream = {
+        "header": {"msg_type": "stream"},
+        "parent_header": {"msg_id": "m1"},
+        "content": {"name": "stdout", "text": "x is 3\n"},
+        "msg_type": "stream",
+    }
+    widget.output([], stream, None, 0)  # nbclient's own OutputWidget would send here
+    widget.clear_output([], {"parent_header": {}, "content": {"wait": False}}, 0)
+    widget.output([], stream, None, 0)
+    assert [o["text"] for o in widget.outputs] == ["x is 3\n"]
+
+
+def test_interact_cells_run_headless_with_their_output(tmp_path):
+    cells = [nbformat.v4.new_code_cell("from ipywidgets import IntSlider, interact")] + [
+        nbformat.v4.new_code_cell(
+            f"def show(x={i}):\n    print('x is', x)\n\n\n_ = interact(show, x=IntSlider({i}))"
+        )
+        for i in range(5)
+    ]
+    path = tmp_path / "widgets.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), path)
+    out = runner.execute(path, tmp_path / "out", timeout=60)
+    assert out["status"] == "ok", out
+
+
 def test_failing_notebook_is_reported(tmp_path):
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell("raise ValueError('boom')")]
