@@ -1164,6 +1164,28 @@ def test_bad_input_gives_a_clear_error(c: Case, tmp_path, monkeypatch):
         plt.close("all")
 
 
+# Functions with no argument that can be wrong, or whose inputs are checked elsewhere.
+NO_BAD_INPUT = {
+    "devices.cpu",
+    "devices.num_gpus",
+    "devices.accelerator",
+    "devices.try_all_gpus",
+    "devices.hardware_summary",
+    "devices.usable_cores",
+    "results.load_all",
+    "report.measurements_frame",
+    "timing.Measurement",
+    "models.F",
+    "models.nn",
+    "plotting.plt",
+    "data.Dataset",
+    "data.urlparse",
+    "catalog.main",
+    "data.to_unit_float",
+    "runner.HeadlessOutputWidget",  # made by nbclient, from the kernel's own messages
+}  # a batch function: TensorBatches checks the batches
+
+
 def test_the_sweep_covers_every_public_helper():
     """A new public function in these modules needs a line in CASES (or a reason below)."""
     mods = (
@@ -1180,26 +1202,6 @@ def test_the_sweep_covers_every_public_helper():
         runner,
         catalog,
     )
-    # Functions with no argument that can be wrong, or whose inputs are checked elsewhere.
-    no_bad_input = {
-        "devices.cpu",
-        "devices.num_gpus",
-        "devices.accelerator",
-        "devices.try_all_gpus",
-        "devices.hardware_summary",
-        "devices.usable_cores",
-        "results.load_all",
-        "report.measurements_frame",
-        "timing.Measurement",
-        "models.F",
-        "models.nn",
-        "plotting.plt",
-        "data.Dataset",
-        "data.urlparse",
-        "catalog.main",
-        "data.to_unit_float",
-        "runner.HeadlessOutputWidget",  # made by nbclient, from the kernel's own messages
-    }  # a batch function: TensorBatches checks the batches
     covered = {
         f"{c.fn.__module__.split('.')[-1]}.{c.fn.__qualname__.split('.')[0]}"
         for c in CASES
@@ -1222,7 +1224,7 @@ def test_the_sweep_covers_every_public_helper():
             ):
                 continue
             key = f"{short}.{name}"
-            if key not in covered and key not in no_bad_input:
+            if key not in covered and key not in NO_BAD_INPUT:
                 missing.append(key)
     assert not missing, f"public helpers without a failure-sweep case: {missing}"
 
