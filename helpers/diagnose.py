@@ -165,7 +165,7 @@ class StepWindow:
         check_int("warmup", warmup, where="StepWindow")
         check_int("steps", steps, where="StepWindow")
         self.device = as_device(device)
-        self.warmup, self.steps = warmup, steps
+        self.warmup = warmup
         self.stop_after = warmup + steps  # the steps the loop needs for all of it
         self.t0 = self.wall = 0.0
         self.steps_done, self.recorded = 0, False

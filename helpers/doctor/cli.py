@@ -172,6 +172,7 @@ def _run_child(
             "error": f"the script's process ended (status {child.returncode}) before a diagnosis"
         }
     except subprocess.TimeoutExpired:
+        sys.stderr.writelines(hidden)  # no diagnosis: the runtime's lines may say why
         return {
             "error": f"the script ran past --timeout {timeout:g} s before the doctor had "
             "seen enough steps; it was ended",

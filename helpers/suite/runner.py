@@ -116,7 +116,8 @@ class HeadlessOutputWidget(OutputWidget):
 
 def headless_client(nb: Any, **kwargs: Any) -> NotebookClient:
     """`NotebookClient(nb, **kwargs)` whose Output widgets send nothing back to the kernel
-    (`HeadlessOutputWidget`): every headless run of the suite's notebooks uses it."""
+    (`HeadlessOutputWidget`): the runner, the benchmark and the tests that run the suite's
+    notebooks headless use it."""
     if not isinstance(nb, nbformat.NotebookNode):
         raise TypeError(
             f"headless_client: nb must be a notebook (nbformat.read(...)), got {type(nb).__name__}"
