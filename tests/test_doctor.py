@@ -93,7 +93,13 @@ def test_input_bound_loop_is_named_and_its_workers_trial_measured():
 def test_overhead_bound_loop_is_named_with_a_batch_trial():
     torch.set_num_threads(1)
     w = train(batched(2048, 16, 4), tiny_ops_net(), timed=4, trial_steps=3)
-    assert kinds(w)[0] == "overhead-bound", w.findings
+    m = w.measured
+    assert kinds(w)[0] == "overhead-bound", (
+        w.findings,
+        m.ops_per_step,
+        m.dispatch_s,
+        m.best_step_s,
+    )
     # the trial ran and predicts a speed; how much faster is a ratio: benchmarks/test_doctor_bars.py
     assert w.findings[0].predicted_speedup is not None and "batch x2" in w.measured.trials
 

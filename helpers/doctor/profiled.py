@@ -8,6 +8,7 @@ import torch
 import torch.utils.benchmark as tb
 
 from .. import devices, diagnose
+from .counting import OpCounter
 from .rules import Measured
 
 # torch.utils.data names the DataLoader's `__next__` so the profiler can show it.
@@ -116,13 +117,35 @@ def _memory(session: object, m: Measured) -> None:
 
 
 def machine_rates(device: torch.device | None) -> tuple[float, float]:
-    """(seconds to dispatch one tiny op, FLOP/s of an fp32 matmul), measured on `device` now:
-    each the best block, the rate this machine reaches, not its noise (the overhead rule
-    compares the dispatch cost with the fastest step for the same reason)."""
+    """(seconds per op of a step made of tiny ops, FLOP/s of an fp32 matmul), measured on
+    `device` now, each the best block: the rate this machine reaches, not its noise.
+
+    The per-op cost is that of a reference training step (forward and backward through a chain
+    of tiny Linear layers: all overhead, no work), over the ops it dispatches: autograd's
+    bookkeeping and a step's working set included, which a bare `x.add_(1)` in a hot loop
+    leaves out (it measured 0.4-0.7x of this here, and under a busy neighbour's cache pressure
+    the step's ops slow while the bare op does not)."""
     device = device or torch.device("cpu")
-    x = torch.ones(8, device=device)
-    tiny = min(tb.Timer("x.add_(1)", globals={"x": x}).blocked_autorange(min_run_time=0.05).times)
+    per_op = _tiny_op_step(device)
     n = 512 if device.type == "cpu" else 4096
     a = torch.randn(n, n, device=device)
     mm = min(tb.Timer("a @ a", globals={"a": a}).blocked_autorange(min_run_time=0.1).times)
-    return tiny, 2 * n**3 / mm
+    return per_op, 2 * n**3 / mm
+
+
+def _tiny_op_step(device: torch.device, depth: int = 20, width: int = 16) -> float:
+    """Seconds per dispatched op of forward + backward through `depth` tiny Linear layers."""
+    layers = [m for _ in range(depth) for m in (torch.nn.Linear(width, width), torch.nn.ReLU())]
+    net = torch.nn.Sequential(*layers).to(device)
+    x = torch.randn(4, width, device=device)
+
+    def step() -> None:
+        net(x).sum().backward()
+        if device.type != "cpu":
+            devices.synchronize(device)
+
+    step()  # the autograd graph's first build, and the .grad tensors, outside the timing
+    with OpCounter(device) as counter:
+        step()
+    t = tb.Timer("step()", globals={"step": step}).blocked_autorange(min_run_time=0.05)
+    return min(t.times) / counter.ops

@@ -23,9 +23,10 @@ INPUT_WAIT_SHARE = diagnose.INPUT_WAIT_SHARE
 LOW_BUSY = diagnose.DEVICE_BUSY
 # The same advisor: "peak memory > 90 %" -> smaller batch, activation checkpointing.
 MEMORY_PEAK_SHARE = 0.90
-# Measured here: the ops a step dispatches times this machine's measured cost of dispatching one
-# tiny op; at 30 % of the step or more, the per-op overhead is what a bigger batch or fusion saves
-# (on the 2-core CPU: notebook 19's 1024-wide MLP < 1 %, its 40 tiny Linear layers 60-100 %).
+# Measured here: the ops a step dispatches times this machine's measured cost per op of a step
+# made of tiny ops (profiled.machine_rates); at 30 % of the step or more, the per-op overhead is
+# what a bigger batch or fusion saves (on the 2-core CPU: notebook 19's 1024-wide MLP < 1 %, its
+# 40 tiny Linear layers 95-130 %).
 OVERHEAD_SHARE = 0.30
 # The data-wait rule's 5 % (the TensorBoard advisor's), applied to the host's measured sync wait.
 SYNC_STALL_SHARE = 0.05
@@ -55,7 +56,7 @@ class Trial:
 
     change: str
     samples_per_s: float
-    step_s: float
+    step_s: float  # the trial window's mean step: a speed (see Measured.throughput_step_s)
 
 
 @dataclass
@@ -101,8 +102,14 @@ class Measured:
     not_measured: list[str] = field(default_factory=list)  # windows the loop ended before
 
     @property
+    def throughput_step_s(self) -> float:
+        """The step as a speed: the window's mean where measured (the median of bursty steps,
+        batches handed over by workers, undercounts the time they take), else the median."""
+        return self.mean_step_s or self.step_s
+
+    @property
     def samples_per_s(self) -> float | None:
-        return self.batch_size / self.step_s if self.batch_size else None
+        return self.batch_size / self.throughput_step_s if self.batch_size else None
 
     def fair_threads(self) -> int:
         """Intra-op threads that leave a core to each DataLoader worker (at least one)."""
@@ -125,7 +132,9 @@ def _predict(f: Finding, m: Measured, trial: str) -> Finding:
     t = m.trials.get(trial)
     if t is not None:
         f.predicted_speedup = (
-            m.step_s / t.step_s if not m.batch_size else t.samples_per_s / m.samples_per_s
+            m.throughput_step_s / t.step_s
+            if not m.batch_size
+            else t.samples_per_s / m.samples_per_s
         )
         f.predicted_samples_per_s = t.samples_per_s if m.batch_size else None
     return f
@@ -270,7 +279,7 @@ def overhead_bound(m: Measured) -> Finding | None:
     share = min(1.0, dispatch / step_s)
     if share < OVERHEAD_SHARE:
         return None
-    # past the step: this step's ops dispatch faster than the one tiny op measured alone
+    # past the step: this step's ops cost less each than those of the tiny-op reference step
     part = (
         f"{100 * share:.0f} % of the {1e3 * step_s:.2f} ms fastest step"
         if dispatch < step_s
@@ -279,8 +288,8 @@ def overhead_bound(m: Measured) -> Finding | None:
     return _predict(
         Finding(
             "overhead-bound",
-            f"{m.ops_per_step:.0f} ops per step x {1e6 * m.dispatch_s:.1f} us to "
-            f"dispatch one (measured) = {part}",
+            f"{m.ops_per_step:.0f} ops per step x {1e6 * m.dispatch_s:.1f} us per op of a "
+            f"step made of tiny ops (measured) = {part}",
             share,
             "more work per op: a larger batch, fewer and larger ops (torch.compile, fused layers)",
             NOTEBOOKS["overhead-bound"],
@@ -305,7 +314,7 @@ def oversubscribed(m: Measured) -> Finding | None:
     )
     t = m.trials.get("threads")
     if t is not None:
-        f.share = max(0.0, 1 - t.step_s / m.step_s)
+        f.share = max(0.0, 1 - t.step_s / m.throughput_step_s)
     return _predict(f, m, "threads")
 
 

@@ -16,7 +16,7 @@ def _share(f: Finding) -> str:
 
 def render(m: Measured, findings: list[Finding]) -> str:
     """A few lines for a notebook cell's output or a terminal."""
-    rate = f", {m.samples_per_s:.0f} samples/s" if m.samples_per_s else ""
+    rate = f", {m.samples_per_s:.0f} samples/s over the window" if m.samples_per_s else ""
     wait = (
         f"; waiting for data {1e3 * m.wait_s:.2f} ms, the rest {1e3 * (m.step_s - m.wait_s):.2f} ms"
         if m.wait_s is not None

@@ -54,7 +54,11 @@ class Watch:
                 f"watch: seconds must be a number of seconds in [0, 3600), got {seconds!r}"
             )
         self.session = Session(
-            timed=timed, trial_steps=trial_steps, seconds=float(seconds), trials=self._trials
+            warmup=2 + 2 * loader.num_workers,  # as a workers trial: their start, untimed
+            timed=timed,
+            trial_steps=trial_steps,
+            seconds=float(seconds),
+            trials=self._trials,
         )
         self.source: DataLoader = loader
         self.blocked: str | None = None  # why workers could not load the data set, once asked
