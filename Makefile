@@ -1,6 +1,6 @@
 # Feed the GPU. Two commands do everything on a fresh machine:
 #   make run    install, execute every notebook headless, write the report of this machine
-#   make test   install, lint, unit tests, every notebook through nbval (smoke profile)
+#   make test   install, lint, the fast unit tests, the benchmarks (smoke profile; 10 minutes)
 SHELL   := /bin/bash
 PYTHON  ?= python3
 VENV    ?= .venv
@@ -14,11 +14,13 @@ export PYTHONUNBUFFERED := 1
 # No MPLBACKEND here: a Jupyter server or kernel that inherits Agg shows no plots. Unit tests
 # choose Agg in tests/conftest.py; the benchmarks recipe sets it for itself.
 
-.PHONY: install run test test-twice test-compat test-learner test-load test-doctor lint unit notebooks benchmarks bench reference lab kernel clean help
+.PHONY: install run test test-twice test-compat test-learner test-load test-doctor test-slow lint unit notebooks benchmarks bench reference lab kernel clean help
 
 help:
 	@echo "make run [PROFILE=smoke|full]  execute the suite into build/runs/<time>/, write build/report.html"
-	@echo "make test                     lint + unit tests + notebooks (smoke profile)"
+	@echo "make test                     lint + fast unit tests + benchmarks (smoke profile, ~10 min)"
+	@echo "make notebooks                 every notebook through nbval, two at a time (smoke profile)"
+	@echo "make test-slow                 the tests that start kernels, servers, ranks or workers (CI runs it)"
 	@echo "make test-compat              unit tests + notebooks with the oldest supported torch (.venv-compat)"
 	@echo "make test-learner             every notebook re-run, skipped and run as on Colab (CI runs it too)"
 	@echo "make test-load                every notebook alone and beside one busy process, the thread collapse (CI runs it too)"
@@ -52,7 +54,12 @@ lint: install
 	$(BIN)/nbstripout --verify notebooks/*.ipynb
 
 unit: install
-	FTG_PROFILE=smoke $(BIN)/python -m pytest tests -q -m "not learner and not load and not doctor" -n $(TEST_JOBS)
+	FTG_PROFILE=smoke $(BIN)/python -m pytest tests -q -m "not learner and not load and not doctor and not slow" -n $(TEST_JOBS)
+
+# The tests that start kernels, servers, ranks or DataLoader workers (seconds each: marked
+# `slow`; not in `make test`, which they would push past its 10 minutes; .ci/run calls it).
+test-slow: install
+	FTG_PROFILE=smoke $(BIN)/python -m pytest tests -q -m "slow and not learner and not load and not doctor" -n $(TEST_JOBS)
 
 # Every notebook as a learner uses it (not in `make test`; .ci/run calls it): every notebook in
 # JupyterLab + headless Chromium (the browser test), skip the Explore sections, run everything
@@ -86,10 +93,12 @@ notebooks: install
 	    --nbval-cell-timeout=300 -p tests.nbval_budget -n $(TEST_JOBS) --dist loadfile notebooks
 
 # Every part runs even when an earlier one fails, so one report shows everything; the exit
-# status is non-zero if any part failed.
+# status is non-zero if any part failed. The notebooks (`make notebooks`), the slow tests
+# (`make test-slow`) and the passes below are their own targets: with them `make test` took 16
+# minutes; .ci/run calls them all (its run of each notebook alone is `make notebooks`'s check).
 test: install
 	@failed=""; \
-	for part in lint unit notebooks benchmarks; do \
+	for part in lint unit benchmarks; do \
 	    echo "=== make $$part"; \
 	    $(MAKE) --no-print-directory $$part || failed="$$failed $$part"; \
 	done; \

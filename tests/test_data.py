@@ -115,6 +115,7 @@ def test_cifar_batch_checked_against_checksums_from_the_code(
     assert not pwned.exists(), "the crafted batch file was unpickled"
 
 
+@pytest.mark.slow
 def test_cifar_checksum_table_matches_the_writer():
     """The shipped table is what the writer produces at the default sizes (a numpy or pickle
     change that alters the bytes shows up here, not as 'corrupt' data on a learner's machine)."""
@@ -139,6 +140,7 @@ assert ds.synthetic and len(ds) == 60000
 """
 
 
+@pytest.mark.slow
 def test_two_writers_of_a_fresh_data_folder_do_not_race(data_root, tmp_path):
     """Two processes write the same image folder and the same synthetic data set at once:
     both succeed, and neither ever sees a missing or half-written file."""

@@ -9,6 +9,8 @@ import pytest
 from helpers import launch
 from tests.notebook_scripts import write_script
 
+pytestmark = pytest.mark.slow  # trains with two ranks
+
 
 def _flat(params: list[list[float]]) -> np.ndarray:
     return np.concatenate([np.asarray(p) for p in params])

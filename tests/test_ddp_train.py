@@ -4,10 +4,13 @@ notebook 16's failing DDP loop (its `%%writefile {FAIL_PY}` cell): the rank that
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from helpers import launch
 from tests.notebook_scripts import write_script
+
+pytestmark = pytest.mark.slow  # trains with two ranks
 
 SMALL = [
     "--in-features",

@@ -31,6 +31,7 @@ def test_step_window_profiles_its_steps_and_a_compute_bound_loop_is_busy():
     assert 0.5 < w.busy_fraction <= 1.0  # convolutions, not Python, fill a ResNet step
 
 
+@pytest.mark.slow
 def test_step_window_closed_early_and_never_reached():
     early = diagnose.StepWindow(device="cpu", warmup=1, steps=5)
     _loop(early, 3)

@@ -346,6 +346,7 @@ print(json.dumps({"findings": [[f.kind, f.evidence, f.fix] for f in w.findings],
 """
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("method", ["spawn", "forkserver"])
 def test_a_dataset_in_main_is_reported_not_tried_when_workers_import(method):
@@ -396,6 +397,7 @@ print("a spawned worker delivered", tuple(X.shape))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_notebook_19s_dataset_loads_in_spawned_workers(tmp_path):
     """Notebook 19 writes its Dataset to a module (`%%writefile {DATASET}`), so a worker started
@@ -537,6 +539,7 @@ def test_syncs_inside_a_library_get_a_fix_the_user_can_make():
     assert "1 per step in your code" in f.evidence and f.fix == rules.READ_FIX
 
 
+@pytest.mark.slow
 def test_the_what_if_change_is_made_in_the_child_only():
     """The change --what-if carries is made by the doctor's child at its start (threads, TF32,
     the DataLoader's workers); this process, which imported the same module, is unchanged."""

@@ -29,6 +29,8 @@ from jupyter_client.manager import start_new_kernel
 
 from helpers import paths
 
+pytestmark = pytest.mark.slow  # runs widget callbacks in a kernel
+
 SETUP = """
 import threading, time
 import ipywidgets as widgets

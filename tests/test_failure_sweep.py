@@ -1412,6 +1412,7 @@ def _png_folder(root: Path) -> list[Path]:
     return sorted(root.rglob("*.png"))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("damage", ["truncated", "empty", "not an image"])
 @pytest.mark.parametrize("num_workers", [0, 2])
@@ -1435,6 +1436,7 @@ def test_broken_image_file_is_named(damage, num_workers, tmp_path):
     assert time.perf_counter() - t0 < 30, "the error took too long (a hang?)"
 
 
+@pytest.mark.slow
 def test_intact_synthetic_folder_still_loads(data_root):
     """The diagnosis is only an error path: whole files load as before."""
     _fashion(data_root / "synthetic")
@@ -1523,6 +1525,7 @@ CTRL_C_SCRIPT = textwrap.dedent("""
 @pytest.mark.parametrize(
     "target", ["process group (terminal Ctrl-C, Jupyter interrupt)", "main process only"]
 )
+@pytest.mark.slow
 def test_ctrl_c_ends_a_training_run_and_its_workers(target, data_root):
     """SIGINT mid-epoch to a training run over a 2-worker DataLoader: the run ends with
     KeyboardInterrupt within a bounded time and no worker process outlives it."""

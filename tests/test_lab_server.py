@@ -10,6 +10,8 @@ import pytest
 
 from tests.lab_server import LabServer
 
+pytestmark = pytest.mark.slow  # starts a JupyterLab server
+
 
 @pytest.mark.timeout(120)
 def test_lab_server_is_private_and_stops_everything(tmp_path):

@@ -18,6 +18,8 @@ import pytest
 from helpers import launch, processes
 from tests.interrupt import interruptible
 
+pytestmark = pytest.mark.slow  # launches ranks and ends them
+
 HOLD = Path(__file__).with_name("rank_hold.py")
 
 

@@ -15,6 +15,8 @@ from nbclient import NotebookClient
 
 from helpers import paths
 
+pytestmark = pytest.mark.slow  # registers and starts a kernel
+
 VENV_PYTHON = paths.ROOT / ".venv" / "bin" / "python"
 
 

@@ -6,6 +6,8 @@ import textwrap
 import nbformat
 import pytest
 
+pytestmark = pytest.mark.slow  # runs nbval on notebooks in a child pytest
+
 pytest_plugins = ["pytester"]
 
 

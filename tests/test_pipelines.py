@@ -47,6 +47,7 @@ def test_transform_is_random_per_sample(dataset):
     assert not all(torch.equal(a[0], a[i]) for i in range(1, 8))
 
 
+@pytest.mark.slow
 def test_spawn_worker_loads_batches(dataset):
     # everything a worker runs comes from an importable module: `spawn` (macOS, Windows) works
     loader = DataLoader(dataset, batch_size=16, num_workers=1, multiprocessing_context="spawn")

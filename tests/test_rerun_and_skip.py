@@ -31,6 +31,8 @@ from nbclient.exceptions import CellExecutionError
 from helpers.suite import runner
 from tests import notebook_sections as ns
 
+pytestmark = pytest.mark.slow  # runs notebooks in kernels
+
 NOTEBOOKS = runner.notebook_paths()
 IDS = [p.stem[:2] for p in NOTEBOOKS]
 PROBE = (

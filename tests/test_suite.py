@@ -11,6 +11,8 @@ import pytest
 
 from helpers.suite import runner, runs
 
+pytestmark = pytest.mark.slow  # runs notebooks in kernels, signals a run, starts two at once
+
 
 def test_execute_writes_an_executed_copy_and_leaves_the_source(tmp_path):
     nb = nbformat.v4.new_notebook()

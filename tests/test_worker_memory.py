@@ -9,6 +9,8 @@ import pytest
 
 from helpers import pipelines as wm
 
+pytestmark = pytest.mark.slow  # samples DataLoader worker processes
+
 
 def _hold(mb: int, ready, release) -> None:
     block = bytearray(mb * 2**20)  # touched, so it is resident and unique to this process
