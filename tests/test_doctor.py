@@ -541,8 +541,9 @@ def test_syncs_inside_a_library_get_a_fix_the_user_can_make():
 
 @pytest.mark.slow
 def test_the_what_if_change_is_made_in_the_child_only():
-    """The change --what-if carries is made by the doctor's child at its start (threads, TF32,
-    the DataLoader's workers); this process, which imported the same module, is unchanged."""
+    """The change --what-if carries is made by the doctor's child at its start (threads, held
+    against the script's own call, TF32, the DataLoader's workers); this process, which imported
+    the same module, is unchanged."""
     import json
     import os
     import subprocess
@@ -556,6 +557,7 @@ def test_the_what_if_change_is_made_in_the_child_only():
         "from helpers.doctor import whatif\n"
         "whatif.apply_in_child()\n"
         "import torch\n"
+        "torch.set_num_threads(2)  # the script's own setting\n"
         "from torch.utils.data import DataLoader\n"
         "mine, theirs = DataLoader(range(8)), DataLoader(range(8), num_workers=1)\n"
         "print(torch.get_num_threads(), torch.backends.cuda.matmul.fp32_precision,\n"
@@ -568,6 +570,7 @@ def test_the_what_if_change_is_made_in_the_child_only():
     )
     assert out.stdout.split() == ["1", "tf32", "tf32", "2", "True", "1"], out.stderr[-2000:]
     assert DataLoader(range(8)).num_workers == 0 and whatif.ENV not in os.environ
+    assert torch.set_num_threads.__module__ == "torch"  # this process's is torch's own
 
 
 def test_the_report_says_how_it_counted_a_step():

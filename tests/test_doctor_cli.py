@@ -285,6 +285,35 @@ for X, y in DataLoader(Slow(), batch_size=8):
 """
 
 
+OVERSUBSCRIBED = """
+import torch
+from torch.nn import functional as F
+from torch.utils.data import DataLoader, Dataset
+
+torch.set_num_threads(2)  # both cores for the model, and two busy workers beside it
+
+
+class Made(Dataset):
+    def __len__(self):
+        return 1 << 20
+
+    def __getitem__(self, i):  # each sample made on the CPU, as decoding and augmenting do
+        x = torch.randn(96, 96, generator=torch.Generator().manual_seed(i))
+        for _ in range(4):
+            x = torch.tanh(x @ x / 96)
+        return x.flatten()[:512], i % 10
+
+
+net = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 10))
+opt = torch.optim.SGD(net.parameters(), lr=0.01)
+for X, y in DataLoader(Made(), batch_size=64, num_workers=2, persistent_workers=True):
+    loss = F.cross_entropy(net(X), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
 @pytest.mark.timeout(240)
 def test_what_if_reruns_the_script_with_workers_only_when_asked(tmp_path):
     r = doctor(tmp_path, INPUT_BOUND, "--steps", "14", "--what-if", "--json")

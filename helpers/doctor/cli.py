@@ -72,8 +72,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--what-if",
         action="store_true",
-        help="re-run the script, unmodified, for the same steps with the top finding's setting "
-        "changed (threads, fp32 precision) and print the measured speed-up beside the predicted",
+        help="re-run the script, unmodified, for the same steps with the setting of the top "
+        "finding a re-run can act on changed (threads, fp32 precision) and print the measured "
+        "speed-up beside the predicted",
     )
     p.add_argument(
         "--what-if-loader",
@@ -135,17 +136,22 @@ def _what_if(a: argparse.Namespace, result: dict, stdout: Any) -> dict:
     findings = [f for f in result["findings"] if f["kind"] != "compute-bound"]
     if not findings:
         return {"text": "What-if: no finding to try (nothing measured points at a setting)"}
-    top = findings[0]
-    change, words = whatif.change_for(top, result["measured"], a.what_if_loader)
+    skipped = []  # findings above the one re-run, each with why a re-run cannot try its fix
+    for top in findings:
+        change, words = whatif.change_for(top, result["measured"], a.what_if_loader)
+        if change is not None:
+            break
+        skipped.append(f"What-if for {top['kind']}: not run: {words}")
     if change is None:
-        return {"finding": top["kind"], "text": f"What-if for {top['kind']}: not run: {words}"}
+        return {"finding": findings[0]["kind"], "text": skipped[0]}
     after = _diagnose(a, stdout, change)
     if "measured" not in after:
         why = after.get("error", "no diagnosis")
         return {"finding": top["kind"], "change": words, "text": f"What-if: re-run failed: {why}"}
     record = whatif.compare(result, after, top, change, words)
     hidden = after.get("log_lines_hidden", 0)
-    return {**record, "text": whatif.render(record), "log_lines_hidden": hidden}
+    text = "\n".join([*skipped, whatif.render(record)])
+    return {**record, "text": text, "log_lines_hidden": hidden}
 
 
 def _run_child(
@@ -209,10 +215,13 @@ def child(out: Path, steps: int, script: str, args: list[str]) -> None:
 
     whatif.apply_in_child()  # --what-if's change, before the script builds anything
 
-    # --steps bounds the run: windows counted in steps only (the notebook form also asks for time)
+    # --steps bounds the run: windows counted in steps only (the notebook form also asks for
+    # time); the threads what-if times as many steps as the timed window (equal work)
     session = Session(
-        timed=max(3, steps - 12),
+        timed=max(3, (steps - 8) // 2),
+        trial_steps=None,
         seconds=0.0,
+        warmup_per_child=2,  # as doctor.watch's: 2 steps per DataLoader worker
         on_done=_stop,
         trials=lambda s: _threads_trial(s, steps),
     )
@@ -284,7 +293,7 @@ def _threads_trial(s: Session, steps: int) -> list:
     import torch
 
     m = s.measured()
-    if not rules.oversubscribed(m) or s.steps + 2 + s.trial_steps > steps:
+    if not rules.oversubscribed(m) or s.steps + 2 + s.trial_length > steps:
         return []
     before = torch.get_num_threads()
     return s.trial(

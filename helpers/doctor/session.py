@@ -62,11 +62,16 @@ class Session:
         timed: int = 8,
         profiled: int = 2,
         counted: int = 2,
-        trial_steps: int = 4,
+        trial_steps: int | None = 4,  # None: as many as the timed window (equal work)
         seconds: float = 0.3,
         trials: Callable[[Session], list[Window]] | None = None,
         on_done: Callable[[], None] | None = None,
+        warmup_per_child: int = 0,
     ) -> None:
+        # warm-up steps added per child process alive at the first step (DataLoader workers
+        # whose loader is not in hand: their start is no step's cost), taken from the timed
+        # window's steps, so that a run bounded in steps keeps its length
+        self.warmup_per_child = warmup_per_child
         self.seconds = seconds
         self.windows = [
             Window("warmup", warmup),
@@ -116,6 +121,8 @@ class Session:
         if self.done:
             return
         now = time.perf_counter()
+        if self.steps == 0 and self.warmup_per_child:
+            self._cover_children()
         w = self.windows[self.index]
         if not w.t0:  # the window opened with this step
             w.t0 = self.last
@@ -125,6 +132,17 @@ class Session:
         if len(w.times) >= w.steps and now - w.t0 >= w.seconds:
             self._next_window(w)
         self.last = time.perf_counter()  # the instruments' own start-up is in no step
+
+    @property
+    def trial_length(self) -> int:
+        """Steps a what-if's timed window takes."""
+        return self.trial_steps or self.windows[1].steps
+
+    def _cover_children(self) -> None:
+        extra = self.warmup_per_child * len(psutil.Process().children())
+        warmup, timed = self.windows[0], self.windows[1]
+        warmup.steps += extra
+        timed.steps -= min(extra, max(0, timed.steps - 3))
 
     def _next_window(self, w: Window) -> None:
         devices.synchronize(self.device or torch.device("cpu"))
@@ -157,7 +175,7 @@ class Session:
         """A what-if: `warmup` steps with the change made (not timed), then the timed steps."""
         return [
             Window(f"{name}:warmup", warmup, enter),
-            Window(name, self.trial_steps, None, exit, batch=batch, seconds=self.seconds),
+            Window(name, self.trial_length, None, exit, batch=batch, seconds=self.seconds),
         ]
 
     # --- the instruments -------------------------------------------------------------------

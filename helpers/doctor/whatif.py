@@ -1,9 +1,10 @@
 """`--what-if` from the command line: the script re-run, unmodified, for the same steps, with the
 top finding's setting changed at the child's start; the measured speed-up beside the predicted.
 
-What a re-run can change from outside a script: intra-op threads, and the fp32 precision of
-matmuls and convolutions (torch's public setters), always; DataLoader workers and pin_memory only
-when asked (`--what-if-loader`): the child wraps `DataLoader.__init__` for that. The rule against
+What a re-run can change from outside a script: intra-op threads (held against the script's own
+`torch.set_num_threads` calls: the child wraps it), and the fp32 precision of matmuls and
+convolutions (torch's public setters), always; DataLoader workers and pin_memory only when asked
+(`--what-if-loader`): the child wraps `DataLoader.__init__` for that. The rule against
 patching torch protects a learner's own process; the doctor's child is its lab, and the report
 says what was changed there.
 """
@@ -33,7 +34,10 @@ def change_for(finding: dict, measured: dict, loader: bool) -> tuple[dict | None
     kind, cores = finding["kind"], max(1, int(measured.get("cores") or 1))
     if kind == "oversubscribed-threads":
         threads = max(1, cores - int(measured.get("workers") or 0))
-        return {"threads": threads}, f"torch.set_num_threads({threads}) at the script's start"
+        return {"threads": threads}, (
+            f"torch.set_num_threads({threads}) at the script's start, and the script's own "
+            "calls held at it (in the doctor's child only)"
+        )
     if kind == "no-tensor-cores":
         return {"fp32_precision": "tf32"}, "fp32 matmuls and convolutions in TF32"
     if kind in LOADER_FINDINGS:
@@ -72,16 +76,31 @@ def apply_in_child() -> str | None:
     raw = os.environ.pop(ENV, None)
     if not raw:
         return None
-    import torch
 
     change = json.loads(raw)
     if "threads" in change:
-        torch.set_num_threads(int(change["threads"]))
+        _threads_held_at(int(change["threads"]))
     if change.get("fp32_precision") == "tf32":  # for the rest of the child's life
         _HELD.enter_context(devices.fp32_precision("tf32"))
     if "loader" in change:
         _loaders_with(change["loader"])
     return raw
+
+
+def _threads_held_at(threads: int) -> None:
+    """Set the intra-op threads and hold them there: a script that calls
+    `torch.set_num_threads` itself (most that oversubscribe do) would undo a change made only at
+    its start, and the re-run would measure the loop unchanged."""
+    import torch
+
+    original = torch.set_num_threads
+    original(threads)
+
+    @functools.wraps(original)
+    def held(_requested: int) -> None:
+        original(threads)
+
+    torch.set_num_threads = held  # the doctor's child only, for its --what-if
 
 
 def _loaders_with(settings: dict) -> None:
