@@ -197,6 +197,14 @@ def m(**kw) -> rules.Measured:
     return rules.Measured(**{**base, **kw})
 
 
+def test_input_bound_with_a_worker_per_core_is_not_told_to_add_workers():
+    """Workers on every core already: more would take turns, so the fix is lighter loading."""
+    few = rules.input_bound(m(wait_s=0.005, workers=1))
+    full = rules.input_bound(m(wait_s=0.005, workers=2))
+    assert "num_workers=2" in few.fix
+    assert "num_workers" not in full.fix and "2 workers already have all 2" in full.fix
+
+
 @pytest.mark.parametrize(
     "rule, below, above",
     [

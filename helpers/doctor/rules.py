@@ -148,6 +148,15 @@ def input_bound(m: Measured) -> Finding | None:
         return None
     workers = m.loader.get("num_workers") if m.loader else m.workers
     first = "the data set in a module (see workers-cannot-import), then " * bool(m.workers_blocked)
+    fix = (
+        f"{first}DataLoader(num_workers={max(1, m.cores)}, persistent_workers=True"
+        f"{', pin_memory=True' if m.device == 'cuda' else ''}), or lighter per-sample work"
+    )
+    if workers and workers >= m.cores:  # more workers than cores only take turns
+        fix = (
+            f"lighter per-sample work (decode once and keep the result, smaller images, augment "
+            f"on the device), or more cores: {workers} workers already have all {m.cores}"
+        )
     return _predict(
         Finding(
             "input-bound",
@@ -155,8 +164,7 @@ def input_bound(m: Measured) -> Finding | None:
             f"({100 * share:.0f} %); num_workers={workers}, {m.cores} usable cores"
             + ("; workers not tried: they could not load the data set" * bool(m.workers_blocked)),
             share,
-            f"{first}DataLoader(num_workers={max(1, m.cores)}, persistent_workers=True"
-            f"{', pin_memory=True' if m.device == 'cuda' else ''}), or lighter per-sample work",
+            fix,
             NOTEBOOKS["input-bound"],
             rule=f"data wait >= {INPUT_WAIT_SHARE:.0%} of the step "
             "(the TensorBoard profiler advisor's rule)",
