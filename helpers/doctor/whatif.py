@@ -1,5 +1,6 @@
 """`--what-if` from the command line: the script re-run, unmodified, for the same steps, with the
-top finding's setting changed at the child's start; the measured speed-up beside the predicted.
+setting of the top finding a re-run can act on changed at the child's start; the measured
+speed-up beside the predicted.
 
 What a re-run can change from outside a script: intra-op threads (held against the script's own
 `torch.set_num_threads` calls: the child wraps it), and the fp32 precision of matmuls and
