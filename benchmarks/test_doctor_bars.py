@@ -130,7 +130,7 @@ WHAT_IFS = {
 
 @pytest.mark.parametrize("name", list(WHAT_IFS))
 def test_the_command_line_what_if_is_within_25_percent_of_its_prediction(name, tmp_path):
-    """`--what-if` re-runs the script with the top finding's setting changed: the speed-up it
+    """`--what-if` re-runs the script with the fix of the top finding it can act on: the speed-up it
     measures is within 25 % of the one it predicts (median over runs). Loading that is CPU work
     on a 2-core machine shares the cores with the loop and gains less than the workers
     prediction: not this bar's case; the threads case is exactly that sharing."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -578,7 +579,21 @@ def test_the_what_if_change_is_made_in_the_child_only():
     )
     assert out.stdout.split() == ["1", "tf32", "tf32", "2", "True", "1"], out.stderr[-2000:]
     assert DataLoader(range(8)).num_workers == 0 and whatif.ENV not in os.environ
-    assert torch.set_num_threads.__module__ == "torch"  # this process's is torch's own
+    assert isinstance(torch.set_num_threads, types.BuiltinFunctionType)  # torch's own, unwrapped
+
+
+def test_the_warm_up_covers_each_worker_and_a_run_bounded_in_steps_keeps_its_length():
+    from helpers.doctor.session import WARMUP_PER_WORKER, Session
+
+    opt = torch.optim.SGD(nn.Linear(2, 2).parameters(), lr=0.1)
+    extra = 2 * WARMUP_PER_WORKER  # two workers
+    for seconds, timed in ((0.0, 10 - extra), (0.3, 10)):
+        s = Session(warmup=2, timed=10, seconds=seconds, workers=2).start()
+        try:
+            opt.step()  # the first step: the warm-up is sized here
+        finally:
+            s.close()
+        assert (s.windows[0].steps, s.windows[1].steps) == (2 + extra, timed)
 
 
 def test_the_report_says_how_it_counted_a_step():

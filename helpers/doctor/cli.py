@@ -221,7 +221,7 @@ def child(out: Path, steps: int, script: str, args: list[str]) -> None:
         timed=max(3, (steps - 8) // 2),
         trial_steps=None,
         seconds=0.0,
-        warmup_per_child=2,  # as doctor.watch's: 2 steps per DataLoader worker
+        workers=None,  # counted at the first step: the loader is not in hand
         on_done=_stop,
         trials=lambda s: _threads_trial(s, steps),
     )

@@ -28,6 +28,9 @@ from ..diagnose import profiler_activities
 from .counting import OpCounter
 from .rules import Measured, Trial
 
+# Warm-up steps per DataLoader worker: a worker's start (a process, its first batches) is no
+# step's cost. The loop's own warm-up and a workers what-if's both use it.
+WARMUP_PER_WORKER = 2
 # torch.compile's warning when a module runs with global module hooks installed
 COMPILE_HOOKS_WARNING = r"Using `torch.compile\(module\)` when there are global hooks"
 
@@ -66,12 +69,11 @@ class Session:
         seconds: float = 0.3,
         trials: Callable[[Session], list[Window]] | None = None,
         on_done: Callable[[], None] | None = None,
-        warmup_per_child: int = 0,
+        workers: int | None = 0,
     ) -> None:
-        # warm-up steps added per child process alive at the first step (DataLoader workers
-        # whose loader is not in hand: their start is no step's cost), taken from the timed
-        # window's steps, so that a run bounded in steps keeps its length
-        self.warmup_per_child = warmup_per_child
+        # the DataLoader workers the warm-up covers; None: the child processes alive at the
+        # first step (the command line, where the loader is not in hand)
+        self.workers = workers
         self.seconds = seconds
         self.windows = [
             Window("warmup", warmup),
@@ -121,8 +123,8 @@ class Session:
         if self.done:
             return
         now = time.perf_counter()
-        if self.steps == 0 and self.warmup_per_child:
-            self._cover_children()
+        if self.steps == 0 and self.workers != 0:
+            self._cover_workers()
         w = self.windows[self.index]
         if not w.t0:  # the window opened with this step
             w.t0 = self.last
@@ -138,11 +140,14 @@ class Session:
         """Steps a what-if's timed window takes."""
         return self.trial_steps or self.windows[1].steps
 
-    def _cover_children(self) -> None:
-        extra = self.warmup_per_child * len(psutil.Process().children())
+    def _cover_workers(self) -> None:
+        """Longer warm-up for the workers' start; in a run bounded in steps (no `seconds`) the
+        timed window gives those steps up, so that the run keeps its length."""
+        k = len(psutil.Process().children()) if self.workers is None else self.workers
         warmup, timed = self.windows[0], self.windows[1]
-        warmup.steps += extra
-        timed.steps -= min(extra, max(0, timed.steps - 3))
+        warmup.steps += WARMUP_PER_WORKER * k
+        if not self.seconds:
+            timed.steps -= min(WARMUP_PER_WORKER * k, max(0, timed.steps - 3))
 
     def _next_window(self, w: Window) -> None:
         devices.synchronize(self.device or torch.device("cpu"))

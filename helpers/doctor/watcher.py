@@ -21,7 +21,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from . import rules
-from .session import Session, Window
+from .session import WARMUP_PER_WORKER, Session, Window
 
 
 class Watch:
@@ -54,7 +54,7 @@ class Watch:
                 f"watch: seconds must be a number of seconds in [0, 3600), got {seconds!r}"
             )
         self.session = Session(
-            warmup=2 + 2 * loader.num_workers,  # as a workers trial: their start, untimed
+            workers=loader.num_workers,
             timed=timed,
             trial_steps=trial_steps,
             seconds=float(seconds),
@@ -126,7 +126,7 @@ class Watch:
                 lambda: self._use(rebuild(self.loader, num_workers=k)),
                 self._restore,
                 self.batch,
-                warmup=2 + 2 * k,
+                warmup=2 + WARMUP_PER_WORKER * k,
             )
         if rules.overhead_bound(m) or rules.device_idle(m):
             b = 2 * (self.batch or 1)
