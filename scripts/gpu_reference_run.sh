@@ -292,7 +292,7 @@ run_all() {
         if [ "$(nproc)" -ge 8 ]; then streams=3; else streams=1; fi
     fi
     [[ $streams =~ ^[1-9][0-9]*$ ]] || die "FTG_STREAMS must be a whole number >= 1, got '$streams'"
-    mapfile -t names < <(cd notebooks && ls [0-9][0-9]_*.ipynb | sed 's/\.ipynb$//')
+    mapfile -t names < <(cd notebooks && ls [0-9][0-9]*_*.ipynb | sed 's/\.ipynb$//')
     echo "== all: ${#names[@]} notebooks, $streams at a time, gpu profile, until $(date -d "@$deadline" +%T)"
     local i pids=()
     for (( i = 0; i < streams; i++ )); do

@@ -310,7 +310,7 @@ def _explore_sections_redraw(nb, page) -> list[str]:
 
 
 @pytest.mark.timeout(1200)
-@pytest.mark.parametrize("nb", NOTEBOOKS, ids=[p.stem[:2] for p in NOTEBOOKS])
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=[p.stem.split("_")[0] for p in NOTEBOOKS])
 def test_notebook_runs_shows_its_plots_and_widgets_in_chromium(nb, lab, page):
     t0 = time.perf_counter()
     page.evaluate(

@@ -45,14 +45,14 @@ def test_the_readme_table_of_notebooks_is_the_catalog():
     readme = (NOTEBOOKS.parent / "README.md").read_text()
     table = readme.split("\n## Notebooks\n", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(
-        r"^\| (\d\d) \| \[(.+?)\]\(notebooks/(.+?)\) \| (.+?) \| (.+?) \|$", table, flags=re.M
+        r"^\| (\d\d[a-z]?) \| \[(.+?)\]\(notebooks/(.+?)\) \| (.+?) \| (.+?) \|$", table, flags=re.M
     )
     assert [r[2] for r in rows] == list(CATALOG), (
         "README.md's notebook table: not the catalog's notebooks in order"
     )
     for num, title, file, needs, claims in rows:
         e = CATALOG[file]
-        assert (num, title, needs) == (file[:2], e["title"], e["needs"]), file
+        assert (num, title, needs) == (catalog.number(file), e["title"], e["needs"]), file
         assert claims == (", ".join(e["claims"]) or "—"), (
             f"README.md lists claims {claims} for {file}"
         )

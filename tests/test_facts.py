@@ -148,9 +148,9 @@ CORRECTED = [
     ),
     ("08", "so a per-step loop has no use for it", f"{PT}/generated/torch.cuda.empty_cache.html"),
     ("10", "Every variant below uses the *same* optimizer (plain SGD, nothing fused)", None),
-    ("11", "no CPU-GPU synchronisation inside", f"{PT}/notes/cuda.html#constraints"),
+    ("11b", "no CPU-GPU synchronisation inside", f"{PT}/notes/cuda.html#constraints"),
     (
-        "11",
+        "11b",
         "private memory pool kept for the graph's replays",
         f"{PT}/notes/cuda.html#graph-memory-management",
     ),

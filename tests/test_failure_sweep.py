@@ -863,6 +863,8 @@ CASES = [
         [{"title": "no file"}],
     ),
     case(catalog.render_readme, ValueError, r"the README must hold the markers", "text", []),
+    case(catalog.number, ValueError, r"number: file must name a notebook", "notes.md"),
+    case(catalog.number, ValueError, r"number: file must name a notebook", None),
     case(
         catalog.claim_notebooks,
         TypeError,

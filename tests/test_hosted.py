@@ -28,7 +28,7 @@ from helpers import paths
 from helpers.suite import runner, setup_cell
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 

@@ -59,7 +59,7 @@ def test_render_needs_the_markers():
 
 def _unit_blocks() -> dict[str, str]:
     """The guide's "### NN — title" blocks, by notebook number."""
-    parts = re.split(r"^### (\d\d) — .*$", README, flags=re.M)
+    parts = re.split(r"^### (\d\d[a-z]?) — .*$", README, flags=re.M)
     return {
         num: body.split("\n## ", 1)[0] for num, body in zip(parts[1::2], parts[2::2], strict=True)
     }
@@ -67,7 +67,7 @@ def _unit_blocks() -> dict[str, str]:
 
 def test_every_unit_has_objectives_and_minutes_and_nothing_else_does():
     blocks = _unit_blocks()
-    assert sorted(blocks) == sorted(e["file"][:2] for e in ENTRIES)
+    assert sorted(blocks) == sorted(catalog.number(e["file"]) for e in ENTRIES)
     for num, body in blocks.items():
         assert len(re.findall(r"^- ", body, flags=re.M)) >= 2, f"{num}: at least two objectives"
         minutes = re.search(r"^Minutes \(estimated, CPU / GPU[^)]*\):(.*)$", body, flags=re.M)
@@ -79,11 +79,13 @@ def test_every_unit_has_objectives_and_minutes_and_nothing_else_does():
 
 
 def test_session_plans_name_only_units_that_exist():
-    numbers = {e["file"][:2] for e in ENTRIES}
+    numbers = {catalog.number(e["file"]) for e in ENTRIES}
     for plan in ("**A 90-minute session**", "**A 3-hour lab**"):
         table = README.split(plan, 1)[1].split("\n\n", 2)[1]
         named = set(
-            re.findall(r"\b(\d\d)\b(?! ?[–-]\d)", re.sub(r"^\| [\d–]+ \|", "|", table, flags=re.M))
+            re.findall(
+                r"\b(\d\d[a-z]?)\b(?! ?[–-]\d)", re.sub(r"^\| [\d–]+ \|", "|", table, flags=re.M)
+            )
         )
         assert named and named <= numbers, f"{plan}: {sorted(named - numbers)} are not notebooks"
 

@@ -34,7 +34,7 @@ from tests import notebook_sections as ns
 pytestmark = pytest.mark.slow  # runs notebooks in kernels
 
 NOTEBOOKS = runner.notebook_paths()
-IDS = [p.stem[:2] for p in NOTEBOOKS]
+IDS = [p.stem.split("_")[0] for p in NOTEBOOKS]
 PROBE = (
     "print(__import__('json').dumps({'threads': __import__('torch').get_num_threads(), "
     "'settings': {k: v for k, v in globals().items() if k.isupper() and not k.startswith('_') "

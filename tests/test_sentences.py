@@ -44,7 +44,7 @@ ITEMS = {
         "(11) | 10, 11 |",
     ),
     "11-compute-capability": (
-        "notebooks/11_compiler_and_fast_paths.ipynb",
+        "notebooks/11b_compiler_and_cuda_graphs.ipynb",
         "CUDA 7.0+",
         "compute capability 7.0+",
     ),
@@ -54,7 +54,7 @@ ITEMS = {
         "half the smallest subnormal",
     ),
     "11-recompile-limit": (
-        "notebooks/11_compiler_and_fast_paths.ipynb",
+        "notebooks/11b_compiler_and_cuda_graphs.ipynb",
         "recompiles for every new shape, `dynamic=True`",
         "torch._dynamo.config.recompile_limit",
     ),

@@ -73,7 +73,7 @@ AMP = {
 # A citation: [07 · §2 Hidden synchronisations](07_item_hygiene.ipynb); "§ Exercises" when the
 # heading has no number.
 LINK = re.compile(r"\[([^\]]+)\]\(([^)\s]+\.ipynb)\)")
-CITED = re.compile(r"(\d\d) · §(\d*) (.+)")
+CITED = re.compile(r"(\d\d[a-z]?) · §(\d*) (.+)")
 HEADING = re.compile(r"#{2,3} (?:(\d+)(?:\.| ·) )?(.+)")  # "## 2. X" and "## 2 · X" are ("2", "X")
 
 

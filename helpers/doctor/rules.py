@@ -46,7 +46,7 @@ NOTEBOOKS = {
     "device-idle": "06_batch_size_and_accumulation.ipynb",
     "memory-tight": "09_training_memory.ipynb",
     "compute-bound": "10_mixed_precision.ipynb",
-    "no-tensor-cores": "11_compiler_and_fast_paths.ipynb",  # TF32: one line; bf16 autocast is 10
+    "no-tensor-cores": "11_fp32_fast_paths.ipynb",  # TF32: one line; bf16 autocast is 10
 }
 
 

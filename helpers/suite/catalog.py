@@ -8,6 +8,7 @@ time names its committed run, a time not measured yet says so, never a guess).
 
 from __future__ import annotations
 
+import re
 import sys
 import tomllib
 from pathlib import Path
@@ -53,6 +54,18 @@ def _check_entries(where: str, entries: object) -> None:
         raise TypeError(f"{where}: entries must be the list of dicts catalog.load() returns")
 
 
+def number(file: str) -> str:
+    """A notebook's number with its suffix, if any ('11b' of '11b_compiler….ipynb'): a unit
+    split in two keeps every later number."""
+    name = Path(file).name if isinstance(file, (str, Path)) else ""
+    if not re.match(r"\d\d[a-z]?_", name):
+        raise ValueError(
+            f"number: file must name a notebook as <number>[suffix]_<title>.ipynb "
+            f"('11b_compiler….ipynb'), got {file!r}"
+        )
+    return name.split("_", 1)[0]
+
+
 def claim_notebooks(entries: list[dict[str, Any]] | None = None) -> dict[str, list[str]]:
     """Claim id -> the notebooks that test it, by number ('01'), in teaching order; every claim
     of `claims.CLAIMS` is a key (an empty list: no notebook tests it)."""
@@ -66,7 +79,7 @@ def claim_notebooks(entries: list[dict[str, Any]] | None = None) -> dict[str, li
                 f"valid ids are L1 ... L{len(CLAIMS)} (helpers.suite.claims)"
             )
         for cid in e.get("claims", []):
-            by_claim[cid].append(e["file"][:2])
+            by_claim[cid].append(number(e["file"]))
     return by_claim
 
 

@@ -67,7 +67,7 @@ def build(
             "build: results must be a list of result dicts, as results.load_all() returns"
         )
     problems = list(problems or [])
-    unreadable = {m[1] for m in (re.search(r"(\d\d)[^/]*\.json ", p) for p in problems) if m}
+    unreadable = {m[1] for m in (re.search(r"(\d\d[a-z]?)_[^/]*\.json ", p) for p in problems) if m}
     if references is None:  # committed GPU results: one folder per run under results/reference/
         references = [
             (d.name, load_all(d, problems=problems))
@@ -124,7 +124,7 @@ def _entries(
         for v in r.get("verdicts", [])
         if v.get("claim") == cid
     ]
-    recorded = {e["notebook"][:2] for e in entries}
+    recorded = {catalog.number(e["notebook"]) for e in entries}
     # meant to judge it, did not
     entries += [
         {

@@ -108,7 +108,7 @@ def apply(nb_path: Path) -> bool:
 
 
 def main() -> int:
-    for nb_path in sorted((paths.ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+    for nb_path in sorted((paths.ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb")):
         print(("updated " if apply(nb_path) else "unchanged ") + nb_path.name)
     return 0
 
