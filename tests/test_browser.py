@@ -299,9 +299,7 @@ def _explore_sections_redraw(nb, page) -> list[str]:
             ".widget-dropdown select, .widget-slider, .widget-checkbox input"
         )
         assert controls.count() >= 1, f"{nb.name}: explore section {i} shows no controls"
-        if plots[
-            i
-        ]:  # else a calculator without a plot (the capstone's cost table): controls suffice
+        if plots[i]:  # else a calculator without a plot: its controls suffice
             redrawn.append(_redraw(nb, page, interact, i))
     assert len(redrawn) == sum(plots), f"{nb.name}: redrawn {redrawn}, plots expected {plots}"
     assert not page.evaluate(JS_ERRORS), f"{nb.name}: moving a control produced an error"
