@@ -182,14 +182,13 @@ def _shot(pg, stem: str, name: str) -> Path:
     return path
 
 
-def _explore_sections(nb: Path) -> list[bool]:
-    """One entry per interact() the notebook's code makes, in order: does it draw a plot?"""
-    cells = [
-        "".join(c["source"])
+def _explore_sections(nb: Path) -> int:
+    """How many explore sections (interact() calls) the notebook's code makes."""
+    return sum(
+        "interact(" in "".join(c["source"])
         for c in json.loads(nb.read_text())["cells"]
         if c["cell_type"] == "code"
-    ]
-    return [("plt.show()" in src) for src in cells if "interact(" in src]
+    )
 
 
 def _move_a_control(interact) -> str:
@@ -287,9 +286,9 @@ def _redraw(nb, page, interact, i: int) -> str:
 def _explore_sections_redraw(nb, page) -> list[str]:
     """Every explore section (interact) renders its controls and a plot; moving one redraws it."""
     interacts = page.locator(".jp-NotebookPanel:visible .widget-interact")
-    plots = _explore_sections(nb)
-    assert interacts.count() == len(plots), (
-        f"{nb.name}: {interacts.count()} explore sections rendered controls, of {len(plots)}"
+    sections = _explore_sections(nb)
+    assert interacts.count() == sections, (
+        f"{nb.name}: {interacts.count()} explore sections rendered controls, of {sections}"
     )
     redrawn = []
     for i in range(interacts.count()):
@@ -299,9 +298,7 @@ def _explore_sections_redraw(nb, page) -> list[str]:
             ".widget-dropdown select, .widget-slider, .widget-checkbox input"
         )
         assert controls.count() >= 1, f"{nb.name}: explore section {i} shows no controls"
-        if plots[i]:  # else a calculator without a plot: its controls suffice
-            redrawn.append(_redraw(nb, page, interact, i))
-    assert len(redrawn) == sum(plots), f"{nb.name}: redrawn {redrawn}, plots expected {plots}"
+        redrawn.append(_redraw(nb, page, interact, i))
     assert not page.evaluate(JS_ERRORS), f"{nb.name}: moving a control produced an error"
     _shot(page, nb.stem, "explore")
     return redrawn
