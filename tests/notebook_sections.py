@@ -63,7 +63,7 @@ def sections(nb: nbformat.NotebookNode) -> tuple[list[int], list[Section]]:
 
 def _labels(text: str) -> list[str]:
     labels: list[str] = []
-    for a, b, letter in re.findall(r"(\d+)\s*[-–]\s*(\d+)|(\([a-z]\)|\d+)", text):
+    for a, b, letter in re.findall(r"(\d+)\s*(?:[-–]|to)\s*(\d+)|(\([a-z]\)|\d+)", text):
         labels += [str(n) for n in range(int(a), int(b) + 1)] if a else [letter]
     return labels
 
@@ -164,4 +164,21 @@ def bound_names(source: str) -> set[str]:
                 visit(child)
 
     visit(_parse(source))
+    return names
+
+
+def all_bound_names(source: str) -> set[str]:
+    """Every name a cell binds at any depth (assignments, arguments, definitions, imports,
+    `except ... as`): a name read but bound nowhere in the cells run must come from elsewhere."""
+    tree = _parse(source)
+    names = imported_names(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.id)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
     return names

@@ -17,6 +17,7 @@ thread count back (`helpers.devices.cpu_threads` restores it).
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 import signal
@@ -97,6 +98,61 @@ def test_thread_counts_are_read_against_each_passes_setup():
     kept = {2: {"threads": 2}, 5: {"threads": 1}}
     assert _against_setup(loaded, 5, 2) == _against_setup(quiet, 5, 2)
     assert _against_setup(kept, 5, 2) != _against_setup(quiet, 5, 2)
+
+
+def test_run_first_reads_ranges_as_a_learner_does():
+    # "sections 2 to 4" once read as sections 2 and 4, so the re-run skipped section 3
+    assert ns._labels("sections 1 to 4 (the script)") == ["1", "2", "3", "4"]
+    assert ns._labels("sections 2-3, then (a)") == ["2", "3", "(a)"]
+    assert ns._labels("section 2 and section 5") == ["2", "5"]
+
+
+KERNEL_NAMES = set(dir(builtins)) | {"display", "get_ipython"}
+
+
+def _unbound_before_explore(nb, setup: list[int], secs: list, s) -> list[str]:
+    """Names an Explore section (or what it says to run first) reads that neither the setup nor
+    those sections bind: run as its "Run first" line says, it would raise NameError (inside an
+    `interact()` callback the error is only shown under the controls, never raised)."""
+    cells = [*setup, *ns.prerequisites(secs, s), *s.code]
+    bound = set().union(*(ns.all_bound_names(nb.cells[i].source) for i in cells))
+    used = set().union(*(ns.used_names(nb.cells[i].source) for i in cells))
+    return sorted(used - bound - KERNEL_NAMES)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_an_explore_run_as_it_says_has_every_name_it_reads(path):
+    nb = ns.read(path)
+    setup, secs = ns.sections(nb)
+    problems = [
+        f"'{s.title}' (run first: {s.run_first or 'nothing'}) reads {missing}"
+        for s in secs
+        if s.explore and s.run_first != ["above"]
+        for missing in [_unbound_before_explore(nb, setup, secs, s)]
+        if missing
+    ]
+    assert not problems, f"{path.name}: " + "; ".join(problems)
+
+
+def test_an_explore_that_skips_a_section_it_needs_is_found():
+    cell = nbformat.v4.new_markdown_cell
+    code = nbformat.v4.new_code_cell
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            code("import math"),
+            cell("## 1 · Data"),
+            code("data = [1, 2]"),
+            cell("## 2 · Model"),
+            code("def model(x):\n    return math.sqrt(x)"),
+            cell("## Explore\n\n**Run first:** section 2."),
+            code("print([model(x) for x in data])"),
+        ]
+    )
+    setup, secs = ns.sections(nb)
+    assert _unbound_before_explore(nb, setup, secs, secs[-1]) == ["data"]
+    nb.cells[5].source = "## Explore\n\n**Run first:** sections 1 to 2."
+    setup, secs = ns.sections(nb)
+    assert _unbound_before_explore(nb, setup, secs, secs[-1]) == []
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
