@@ -14,6 +14,7 @@ suite's one peak measure; `SavedTensors` counts what autograd saves for backward
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import io
 import time
@@ -337,3 +338,24 @@ def peak_step_bytes(step: Callable[[], object], device: str | torch.device) -> t
     with PeakTensorBytes() as m:
         step()
     return m.peak, "peak bytes of live tensors (dispatch-mode count)"
+
+
+def calibration_step(
+    model: nn.Module, input_shape: tuple[int, ...], num_classes: int, device: Any
+) -> Callable[[], None]:
+    """One plain fp32 SGD step of a *copy* of `model` on a random batch of `input_shape`: what
+    `Profile.steps` times to size a notebook's epochs before its data exists (the copy leaves
+    `model`'s weights as they were, so every variant still starts from them)."""
+    check_int("num_classes", num_classes, 2, where="calibration_step")
+    dev = devices.as_device(device)
+    net = copy.deepcopy(model).to(dev)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    X = torch.randn(*input_shape, device=dev)
+    y = torch.randint(0, num_classes, (input_shape[0],), device=dev)
+
+    def step() -> None:
+        nn.functional.cross_entropy(net(X), y).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step

@@ -278,3 +278,19 @@ def test_peak_step_bytes_shows_what_activation_checkpointing_saves():
     # plain keeps 3 activations per block alive until backward; checkpointing keeps 1 per block
     # (its input) plus one block's worth while that block is recomputed
     assert plain > 1.5 * ckpt > 0
+
+
+def test_calibration_step_trains_a_copy_and_leaves_the_model_as_it_was():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Flatten(), nn.Linear(12, 3))
+    before = [p.detach().clone() for p in net.parameters()]
+    step = training.calibration_step(net, (4, 3, 2, 2), 3, "cpu")
+    for _ in range(3):
+        step()
+    assert all(torch.equal(a, p) for a, p in zip(before, net.parameters(), strict=True))
+    assert all(p.grad is None for p in net.parameters())
+
+
+def test_calibration_step_names_a_bad_class_count():
+    with pytest.raises(ValueError, match="num_classes"):
+        training.calibration_step(nn.Linear(2, 2), (4, 2), 1, "cpu")
