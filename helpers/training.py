@@ -9,6 +9,7 @@ theirs in cells). Loss and accuracy stay on the device until an epoch ends: ever
 device they were saved from (hence `map_location`), and `torch.load` unpickles, so
 `load_weights` always passes `weights_only=True`. Memory (04, 05, 07): `peak_step_bytes` is the
 suite's one peak measure; `SavedTensors` counts what autograd saves for backward (claim L9).
+`calibration_step` is the plain step the gpu profile times to size an epoch (10, 11, 11b).
 """
 
 from __future__ import annotations
