@@ -91,6 +91,13 @@ def as_device(device: str | torch.device | None, param: str = "device") -> torch
     return dev
 
 
+def float64_device(device: str | torch.device) -> torch.device:
+    """Where a float64 reference can be computed: `device` itself, else the CPU on an Apple GPU,
+    which has no float64 (`.double()` of an MPS tensor raises)."""
+    dev = _parse(device, "device")
+    return torch.device("cpu") if dev.type == "mps" else dev
+
+
 def synchronize(device: str | torch.device | None = None) -> None:
     """Wait for `device`'s queued work; None: *every* GPU's (a split model spans several)."""
     if isinstance(device, torch.device) and device.type == "cpu":

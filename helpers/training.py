@@ -102,7 +102,8 @@ def _run(
 ) -> tuple[float, float, int, int, float]:
     """One pass, training when `opt` is given: (loss, accuracy, samples, steps, last lr). The
     sums stay on the device and are read once, at the end."""
-    loss_sum = torch.zeros((), device=dev, dtype=torch.float64)
+    sum_dtype = torch.float32 if dev.type == "mps" else torch.float64  # MPS has no float64
+    loss_sum = torch.zeros((), device=dev, dtype=sum_dtype)
     correct = torch.zeros((), device=dev, dtype=torch.int64)
     samples = steps = 0
     lr = float("nan")
@@ -119,7 +120,7 @@ def _run(
                     sched.step()
                 bar.update(1)
             steps, samples = steps + 1, samples + len(y)
-            loss_sum += loss.detach().double() * len(y)
+            loss_sum += loss.detach().to(sum_dtype) * len(y)
             correct += (out.detach().argmax(dim=1) == y).sum()
     devices.synchronize(dev)
     return loss_sum.item() / samples, correct.item() / samples, samples, steps, float(lr)

@@ -202,3 +202,11 @@ def test_share_never_oversubscribes_the_cores(monkeypatch):
         assert devices.share(p) * p <= 8
     with pytest.raises(ValueError, match="processes must be an int >= 1, got 0"):
         devices.share(0)
+
+
+def test_float64_references_leave_an_apple_gpu_for_the_cpu():
+    assert devices.float64_device("mps") == torch.device("cpu")
+    assert devices.float64_device("cuda:1") == torch.device("cuda:1")  # not checked to exist
+    assert devices.float64_device(torch.device("cpu")) == torch.device("cpu")
+    with pytest.raises(ValueError, match="device"):
+        devices.float64_device("tpu")
