@@ -327,6 +327,13 @@ CASES = [
         "cuda:99",
     ),
     case(
+        devices.float64_device,
+        ValueError,
+        r"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'tpu'",
+        "tpu",
+    ),
+    case(devices.float64_device, TypeError, r"device must be a string .* got int", 0),
+    case(
         devices.synchronize,
         ValueError,
         r"device must be 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu'; got 'tpu'",
@@ -985,6 +992,15 @@ CASES = [
         torch.nn.Linear(2, 2),
         [],
         device="cpu",
+    ),
+    case(
+        training.calibration_step,
+        ValueError,
+        r"calibration_step: num_classes must be an int >= 2, got 1",
+        torch.nn.Linear(2, 2),
+        (4, 2),
+        1,
+        "cpu",
     ),
     case(
         training.peak_step_bytes,
