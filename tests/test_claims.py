@@ -1,6 +1,7 @@
 """Every claim's rule: its thresholds pinned here (moving one fails a test), probed just either side
 of each, every outcome reached, and its kind (verdict or mechanism) consistent with its outcomes."""
 
+import ast
 import re
 
 import nbformat
@@ -345,3 +346,31 @@ def test_each_notebook_judges_exactly_the_claims_the_catalog_lists(entry):
     nb = nbformat.read(catalog.CATALOG.parent / entry["file"], as_version=4)
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     assert set(re.findall(r"\.judge\(\s*[\"'](L\d+)[\"']", code)) == set(entry.get("claims", []))
+
+
+def _echoed_verdicts(sources: list[str]) -> list[int]:
+    """Cells whose last statement is a `.judge(...)` call with no `;`: IPython shows the returned
+    verdict again as an Out line under the verdict the call printed with its rule."""
+    found = []
+    for i, source in enumerate(sources):
+        if source.lstrip().startswith("%%"):
+            continue  # a cell magic's body (a file it writes) is not run as Python
+        code = [ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!"))]
+        body = ast.parse("\n".join(code)).body
+        last = body[-1] if body else None
+        if (
+            isinstance(last, ast.Expr)
+            and isinstance(last.value, ast.Call)
+            and getattr(last.value.func, "attr", None) == "judge"
+            and not source.rstrip().endswith(";")
+        ):
+            found.append(i)
+    return found
+
+
+def test_a_verdict_cell_shows_its_verdict_once():
+    assert _echoed_verdicts(['x = 1\nrec.judge("L3", figure="2x")', 'rec.judge("L3");']) == [0]
+    for entry in catalog.load():
+        nb = nbformat.read(catalog.CATALOG.parent / entry["file"], as_version=4)
+        sources = [c.source for c in nb.cells if c.cell_type == "code"]
+        assert not _echoed_verdicts(sources), f"{entry['file']}: cells {_echoed_verdicts(sources)}"
