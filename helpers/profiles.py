@@ -87,8 +87,9 @@ class Profile:
         if self.name == "full":
             return full
         value = smoke if self.is_smoke or gpu is _SMOKE_SIZE else gpu
-        if what and value != full:
-            self.shrunk.append(f"{what}: {value} (full profile: {full})")
+        entry = f"{what}: {value} (full profile: {full})"
+        if what and value != full and entry not in self.shrunk:  # a size re-picked: said once
+            self.shrunk.append(entry)
         return value
 
     def steps(

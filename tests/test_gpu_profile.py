@@ -80,3 +80,10 @@ def test_gpu_pick_keeps_the_smoke_size_unless_a_gpu_size_is_given():
 def test_bad_sizing_input_names_the_parameter(kw, match):
     with pytest.raises(ValueError, match=match):
         profiles.Profile("gpu").steps(lambda: None, what="steps", **kw)
+
+
+def test_a_size_picked_again_by_steps_is_reported_once():
+    p = profiles.Profile("smoke")
+    steps = p.pick(smoke=2, full=50, what="steps per epoch")
+    assert p.steps(lambda: None, seconds=1, smoke=steps, full=50, what="steps per epoch") == 2
+    assert p.describe().count("steps per epoch: 2 (full profile: 50)") == 1
