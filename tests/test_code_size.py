@@ -24,8 +24,16 @@ def test_the_table_counts_what_is_there(tmp_path, monkeypatch):
     (pkg / "__init__.py").write_text("y = 2\n" * 999)  # not counted: a package's map, not code
     (tmp_path / "notebooks").mkdir()
     cell = {"cell_type": "code", "source": ["a = 1\n"] * 23}
-    (tmp_path / "notebooks" / "n.ipynb").write_text(json.dumps({"cells": [cell]}))
+    text = {"cell_type": "markdown", "source": ["# A title\n", "three more words"]}
+    (tmp_path / "notebooks" / "n.ipynb").write_text(json.dumps({"cells": [text, cell]}))
     monkeypatch.setattr(code_size, "ROOT", tmp_path)
     rows = code_size.table().splitlines()
     assert rows[2] == "| `helpers/` | 1 | 100 | the toolkit the notebooks import |"
-    assert "| notebook code cells | 1 cells | 0 | the longest at most 30 lines |" == rows[-1]
+    assert "| notebook code cells | 1 cells | 0 | the longest at most 30 lines |" == rows[-2]
+    assert rows[-1] == (
+        "| notebook markdown | 1 notebooks | 0 words | the longest unit at most 100 words |"
+    )
+    assert code_size.unit_sizes() == [
+        {"notebook": "n", "code cells": 1, "code lines": 23, "markdown words": 6}
+    ]
+    assert code_size.unit_table().splitlines()[-1] == "| n | 1 | 23 | 6 |"

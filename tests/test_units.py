@@ -1,8 +1,9 @@
-"""Every notebook is a unit a class can finish in one sitting, and ends with exercises.
+"""Every notebook is a unit that ends with exercises and has one parameters cell.
 
-The limits: at most 25 code cells, 1,600 words of markdown in all and 200 words in a markdown
-cell. A code cell's length is not limited here: formatted code is longer than squeezed code, and
-the README reports the longest cells (scripts/code_size.py) for a reader to judge. The exercises:
+How long a unit is (code cells, words of markdown, code lines) is not limited here: a cap met by
+trimming prose is a target, not a ceiling. `python scripts/code_size.py --notebooks` reports each
+notebook's cells and words for a reader to judge, and a unit that grows past a sitting is split
+(DEVELOPERS.md). The exercises:
 a markdown cell that starts `## Exercises` with a numbered list of at least three, and at least
 three code cells tagged `solution`, each asserting the answer it teaches. One code cell is
 tagged `parameters` (papermill's convention: a tool overrides the sizes in a cell after it). A
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
-MAX_CODE_CELLS, MAX_WORDS, MAX_CELL_WORDS, MIN_EXERCISES = 25, 1600, 200, 3
+MIN_EXERCISES = 3
 
 
 def _read(path: Path) -> list[dict]:
@@ -36,19 +37,10 @@ def _numbered_items(text: str) -> int:
 
 
 def problems(cells: list[dict]) -> list[str]:
-    """Every way `cells` (kind, source, tags) breaks the unit limits or lacks the exercises."""
-    code = [c["source"] for c in cells if c["kind"] == "code"]
+    """Every way `cells` (kind, source, tags) lacks the exercises, their solutions or the one
+    parameters cell."""
     markdown = [c["source"] for c in cells if c["kind"] == "markdown"]
     found = []
-    if len(code) > MAX_CODE_CELLS:
-        found.append(f"{len(code)} code cells (at most {MAX_CODE_CELLS})")
-    if (words := sum(len(m.split()) for m in markdown)) > MAX_WORDS:
-        found.append(f"{words} words of markdown (at most {MAX_WORDS})")
-    found += [
-        f"a markdown cell of {n} words (at most {MAX_CELL_WORDS}): {m.splitlines()[0][:60]!r}"
-        for m in markdown
-        if (n := len(m.split())) > MAX_CELL_WORDS
-    ]
     exercises = [m for m in markdown if m.lstrip().startswith("## Exercises")]
     if not exercises or _numbered_items(exercises[0]) < MIN_EXERCISES:
         found.append(
@@ -74,7 +66,7 @@ def test_notebook_is_a_unit(path):
 
 
 def _unit(**change) -> list[dict]:
-    """A notebook that keeps every limit, with one part changed."""
+    """A notebook with its exercises, solutions and parameters cell, with one part changed."""
     cells = {
         "title": [{"kind": "markdown", "source": "# Title\n\nwords " * 10, "tags": []}],
         "parameters": [{"kind": "code", "source": "SIZE = 8", "tags": ["parameters"]}],
@@ -99,16 +91,7 @@ def _unit(**change) -> list[dict]:
 @pytest.mark.parametrize(
     "change, problem",
     [
-        ({"code": [{"kind": "code", "source": "x = 1", "tags": []}] * 22}, "26 code cells"),
         ({"parameters": []}, "0 code cells tagged 'parameters'"),
-        (
-            {"title": [{"kind": "markdown", "source": "word " * 150, "tags": []}] * 11},
-            "words of markdown (at most 1600)",
-        ),
-        (
-            {"title": [{"kind": "markdown", "source": "word " * 201, "tags": []}]},
-            "a markdown cell of 201 words",
-        ),
         ({"exercises": []}, "no '## Exercises' markdown cell"),
         (
             {
@@ -138,6 +121,9 @@ def test_the_unit_check_can_fail(change, problem):
     assert len(found) >= 1 and any(problem in f for f in found), found
 
 
-def test_a_script_cell_may_be_long():
-    script = {"kind": "code", "source": "%%writefile {PATH}\n" + "x = 1\n" * 80, "tags": []}
-    assert problems(_unit(code=[script])) == []
+def test_a_long_unit_is_no_failure():
+    """Many cells, many words and a long cell are a reader's judgement (code_size.py reports
+    them), not a failure."""
+    long_cells = [{"kind": "code", "source": "x = 1\n" * 80, "tags": []}] * 40
+    many_words = [{"kind": "markdown", "source": "word " * 400, "tags": []}] * 10
+    assert problems(_unit(code=long_cells, title=many_words)) == []
