@@ -7,6 +7,7 @@ import functools
 import math
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -18,6 +19,7 @@ _Fn = TypeVar("_Fn", bound=Callable[..., Any])
 # fires both around each). Re-entrant: interact() calls the callback in the cell that makes it.
 _TURN = threading.RLock()
 _held = threading.local()  # .on: this thread's pre_execute took _TURN
+_LIVE: set[int] = set()  # the wrapped callbacks alive now (by id: a finalizer removes each)
 
 
 def _take_turn(*_: object) -> None:
@@ -32,6 +34,29 @@ def _give_turn(*_: object) -> None:  # registered after matplotlib's flush: figu
         _TURN.release()
 
 
+def _hooks_until_collected(wrapper: Callable[..., Any]) -> None:
+    """Hold each cell's turn (pre/post_execute) for as long as `wrapper` lives, and no longer:
+    the hooks make a cell wait for a running callback and a moved control wait for the running
+    cell, which matters only while a control can be moved. The last wrapper collected removes
+    them, so no hook outlives the explore controls that needed it."""
+    ip = sys.modules["IPython"].get_ipython() if "IPython" in sys.modules else None  # a kernel
+    if ip is None:
+        return
+    if not _LIVE:
+        ip.events.register("pre_execute", _take_turn)
+        ip.events.register("post_execute", _give_turn)
+    _LIVE.add(id(wrapper))
+    weakref.finalize(wrapper, _forget, ip.events, id(wrapper))
+
+
+def _forget(events: Any, key: int) -> None:
+    _LIVE.discard(key)
+    if not _LIVE:
+        for name, hook in (("pre_execute", _take_turn), ("post_execute", _give_turn)):
+            if hook in events.callbacks[name]:
+                events.unregister(name, hook)
+
+
 def one_at_a_time(fn: _Fn) -> _Fn:
     """Run `fn`, an ipywidgets callback, only while no cell and no other widget message runs:
     JupyterLab 4.6 with ipykernel 7 runs a control's callback in a kernel *subshell* thread beside
@@ -42,18 +67,13 @@ def one_at_a_time(fn: _Fn) -> _Fn:
             f"one_at_a_time: fn must be a function (the explore callback), "
             f"got {type(fn).__name__} {fn!r}"
         )
-    ip = (
-        sys.modules["IPython"].get_ipython() if "IPython" in sys.modules else None
-    )  # a kernel has it
-    if ip is not None and _take_turn not in ip.events.callbacks["pre_execute"]:
-        ip.events.register("pre_execute", _take_turn)
-        ip.events.register("post_execute", _give_turn)
 
     @functools.wraps(fn)  # keeps the signature: interact() reads the defaults from it
     def waits_its_turn(*args: Any, **kwargs: Any) -> Any:
         with _TURN:
             return fn(*args, **kwargs)
 
+    _hooks_until_collected(waits_its_turn)
     return waits_its_turn  # type: ignore[return-value]
 
 

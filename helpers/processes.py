@@ -87,15 +87,21 @@ def started_since(before: set[int]) -> list[int]:
     return sorted(descendants() - before)
 
 
-def end_tree(roots: Iterable[int] | None = None, grace: float = 3.0) -> list[int]:
-    """SIGTERM to each process in `roots` and all its descendants (default: every descendant of
-    this process, not itself), SIGKILL to what is left after `grace` s; returns their pids.
-    psutil, not `os.killpg`: a rank may start a session of its own, and Windows has neither."""
+def end_tree(roots: Iterable[int], grace: float = 3.0) -> list[int]:
+    """SIGTERM to each process in `roots` and all its descendants, SIGKILL to what is left after
+    `grace` s; returns their pids. The roots are required: a default of "every child of this
+    process" would end what another part of the program started. psutil, not `os.killpg`: a
+    rank may start a session of its own, and Windows has neither."""
+    if roots is None or isinstance(roots, (int, str)):
+        raise TypeError(
+            f"end_tree: roots must be the pids to end (a list), got {type(roots).__name__} "
+            f"{roots!r}; processes.started_since(before) gives what a block started"
+        )
     procs: list[psutil.Process] = []
-    for pid in [os.getpid()] if roots is None else roots:
+    for pid in roots:
         with contextlib.suppress(psutil.Error):
             root = psutil.Process(pid)
-            procs += ([] if roots is None else [root]) + root.children(recursive=True)
+            procs += [root, *root.children(recursive=True)]
     for p in procs:
         with contextlib.suppress(psutil.Error):
             p.terminate()

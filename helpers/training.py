@@ -28,7 +28,6 @@ from typing import Any, BinaryIO
 import torch
 import torch.serialization as ser
 from torch import nn
-from torch.multiprocessing.reductions import StorageWeakRef
 from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -303,24 +302,25 @@ class PeakTensorBytes(TorchDispatchMode):
 
     def __init__(self) -> None:
         super().__init__()
-        self._live: dict[int, tuple[StorageWeakRef, int]] = {}
-        self._before: dict[int, StorageWeakRef] = {}  # storages first seen as inputs: made outside
+        # by address (`data_ptr`), each with a weak reference that says when it is freed: torch
+        # keeps one Python object per live storage, so a plain `weakref` to it is enough
+        self._live: dict[int, tuple[weakref.ref, int]] = {}
+        self._before: dict[int, weakref.ref] = {}  # storages first seen as inputs: made outside
         self.peak = self.current = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 - torch's protocol
         # forget freed storages first: a new storage may reuse a freed one's address
-        self._live = {k: v for k, v in self._live.items() if not v[0].expired()}
-        self._before = {k: ref for k, ref in self._before.items() if not ref.expired()}
-        inputs = list(_tensors((args, kwargs)))
-        for ref in (StorageWeakRef(t.untyped_storage()) for t in inputs):
-            if ref.cdata not in self._live:
-                self._before.setdefault(ref.cdata, ref)
+        self._live = {k: v for k, v in self._live.items() if v[0]() is not None}
+        self._before = {k: ref for k, ref in self._before.items() if ref() is not None}
+        for t in _tensors((args, kwargs)):
+            storage = t.untyped_storage()
+            if storage.data_ptr() not in self._live:
+                self._before.setdefault(storage.data_ptr(), weakref.ref(storage))
         out = func(*args, **(kwargs or {}))
         for t in _tensors(out):
             storage = t.untyped_storage()
-            ref = StorageWeakRef(storage)
-            if ref.cdata not in self._before:
-                self._live.setdefault(ref.cdata, (ref, storage.nbytes()))
+            if storage.data_ptr() not in self._before:
+                self._live.setdefault(storage.data_ptr(), (weakref.ref(storage), storage.nbytes()))
         self.current = sum(n for _, n in self._live.values())
         self.peak = max(self.peak, self.current)
         return out

@@ -374,3 +374,11 @@ def test_a_verdict_cell_shows_its_verdict_once():
         nb = nbformat.read(catalog.CATALOG.parent / entry["file"], as_version=4)
         sources = [c.source for c in nb.cells if c.cell_type == "code"]
         assert not _echoed_verdicts(sources), f"{entry['file']}: cells {_echoed_verdicts(sources)}"
+
+
+def test_a_second_rule_for_one_claim_raises():
+    """Two rules under one id would keep the first in silence."""
+    first = claims.RULES["L1"]
+    with pytest.raises(ValueError, match="claim 'L1' already has a rule"):
+        claims.rule("L1", "verdict", "a", "b", {}, ("holds",))(lambda limits: "holds")
+    assert claims.RULES["L1"] is first

@@ -279,3 +279,13 @@ def test_a_child_started_through_the_bootstrap_runs_its_script_as_main(tmp_path)
         check=True,
     ).stdout.split()
     assert out == ["__main__", "['a',", "'b']", str(tmp_path)]
+
+
+def test_end_tree_needs_the_roots_it_ends():
+    """No default of "every child of this process": a caller names what it ends."""
+    with pytest.raises(TypeError):
+        processes.end_tree()  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="end_tree: roots must be the pids to end"):
+        processes.end_tree(None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="end_tree: roots must be the pids to end"):
+        processes.end_tree(os.getpid())  # type: ignore[arg-type]

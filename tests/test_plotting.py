@@ -95,3 +95,30 @@ def test_a_hold_whose_end_never_came_is_given_back():
     t.join(30)
     assert plotting._TURN.acquire(timeout=5), "the lock stayed held after the thread was done"
     plotting._TURN.release()
+
+
+def test_one_at_a_time_removes_its_hooks_with_the_last_callback(monkeypatch):
+    """The turn-taking hooks live as long as a wrapped callback (a control that can be moved),
+    not for the kernel's life."""
+    import gc
+
+    import IPython
+    from IPython.core.events import EventManager, available_events
+
+    from helpers import plotting
+
+    events = EventManager(shell=None, available_events=available_events)
+    monkeypatch.setattr(IPython, "get_ipython", lambda: type("Shell", (), {"events": events}))
+
+    def hooks() -> list:
+        return [*events.callbacks["pre_execute"], *events.callbacks["post_execute"]]
+
+    first, second = plotting.one_at_a_time(lambda x=1: x), plotting.one_at_a_time(lambda: 2)
+    assert hooks() == [plotting._take_turn, plotting._give_turn]  # registered once
+    assert first() == 1
+    del first
+    gc.collect()
+    assert hooks() == [plotting._take_turn, plotting._give_turn], "a callback is still alive"
+    del second
+    gc.collect()
+    assert hooks() == [], "a hook outlived every callback that needed it"

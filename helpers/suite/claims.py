@@ -132,10 +132,16 @@ def rule(
     limits: dict[str, float],
     verdicts: tuple[str, ...],
 ) -> Callable:
-    """Register the decorated function as `claim`'s `Rule.decide`."""
-    return lambda decide: RULES.setdefault(
-        claim, Rule(claim, kind, compares, text, limits, verdicts, decide)
-    )
+    """Register the decorated function as `claim`'s `Rule.decide`; a second rule for one claim
+    raises (keeping the first in silence would judge with a rule nobody reads)."""
+    if claim in RULES:
+        raise ValueError(f"rule: claim {claim!r} already has a rule ({RULES[claim].text!r})")
+
+    def register(decide: Callable) -> Rule:
+        RULES[claim] = Rule(claim, kind, compares, text, limits, verdicts, decide)
+        return RULES[claim]
+
+    return register
 
 
 def judge(claim: str, **measured: Any) -> str:
