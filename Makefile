@@ -62,8 +62,9 @@ test-slow: install
 	FTG_PROFILE=smoke $(BIN)/python -m pytest tests -q -m "slow and not learner and not load and not doctor" -n $(TEST_JOBS)
 
 # Every notebook as a learner uses it (not in `make test`; .ci/run calls it): every notebook in
-# JupyterLab + headless Chromium (the browser test), skip the Explore sections, run everything
-# again, Explore right after the setup; and notebooks 00, 06 and 18 the way Colab/Kaggle run
+# JupyterLab + headless Chromium (the browser test), whose kernel first runs it with the Explore
+# sections skipped, so Run All is the re-run (tests/learner_passes.py; with nbclient where
+# Chromium is missing); each Explore that needs no section above right after the setup; and notebooks 00, 06 and 18 the way Colab/Kaggle run
 # them, from an empty folder; and the capstone benchmark (notebook 18 again, timed:
 # benchmarks/test_capstone_ratio.py). The passes assert no speed, so they run TEST_JOBS at a time
 # like `make notebooks` (a notebook beside another is what a shared class machine does to it);

@@ -1,5 +1,5 @@
 """End to end in a real browser: every notebook, run like a learner in JupyterLab + headless
-Chromium.
+Chromium, and the skip-then-re-run pass in the same kernel.
 
 One JupyterLab server, started as `make lab` starts it (`helpers.suite.lab`: same command line, the
 test's own environment passed on unchanged, token auth, 127.0.0.1 only), serves copies of all
@@ -10,22 +10,32 @@ renders its controls, and moving one control re-runs the experiment and replaces
 It also checks that no "news" notification greets the learner. Screenshots go to
 `build/browser/`.
 
+Before Run All, the notebook's kernel (JupyterLab's own, reached through its connection file)
+runs every cell but the Explore sections: Run All is then the second pass of
+`tests/learner_passes.py` (skip, then re-run everything), which checks the thread counts and the
+setup's settings of both passes, so CI executes each notebook once less than with two tests.
+
 Skipped, with the reason, when Chromium (`apt-get install chromium`) or Playwright is missing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import nbformat
 import pytest
+from jupyter_client import BlockingKernelClient
 
 from helpers import paths
 from helpers.suite import runner
+from tests import learner_passes
 from tests.lab_server import LabServer
 
 # A learner pass (every notebook in JupyterLab): `make test-learner`, which .ci/run calls after
@@ -34,7 +44,7 @@ pytestmark = pytest.mark.learner
 
 ROOT = paths.ROOT
 NOTEBOOKS = runner.notebook_paths()
-CHROMIUM = Path(os.environ.get("FTG_CHROMIUM", "/usr/bin/chromium"))
+CHROMIUM = learner_passes.CHROMIUM
 # Read at import, before conftest points FTG_BUILD_DIR at a per-test temporary folder:
 # the screenshots are for people, so they go to the real build folder.
 SHOTS = paths.build_dir() / "browser"
@@ -304,24 +314,69 @@ def _explore_sections_redraw(nb, page) -> list[str]:
     return redrawn
 
 
-@pytest.mark.timeout(1200)
+@contextlib.contextmanager
+def _kernel_of(lab, page) -> Iterator[learner_passes.Run]:
+    """A second client of the open notebook's kernel (JupyterLab's own: its connection file is
+    in the server's runtime folder): `run(source, what)` executes there and fails on an error."""
+    kernel_id = page.evaluate(f"() => {JS_PANEL}.sessionContext.session.kernel.id")
+    kc = BlockingKernelClient(
+        connection_file=str(lab.home / "runtime" / f"kernel-{kernel_id}.json")
+    )
+    kc.load_connection_file()
+    kc.start_channels()
+
+    def run(source: str, what: str) -> str:
+        errors: list[str] = []
+        printed: list[str] = []
+
+        def on_output(msg: dict) -> None:
+            if msg["msg_type"] == "error":
+                errors.append(f"{msg['content']['ename']}: {msg['content']['evalue']}")
+            elif msg["msg_type"] == "stream" and msg["content"]["name"] == "stdout":
+                printed.append(msg["content"]["text"])
+
+        reply = kc.execute_interactive(
+            source, timeout=900, output_hook=on_output, allow_stdin=False, stop_on_error=False
+        )
+        if reply["content"]["status"] != "ok" or errors:
+            pytest.fail(f"{what} failed: {errors or reply['content']}\n{source[:400]}")
+        return "".join(printed)
+
+    try:
+        kc.wait_for_ready(timeout=60)
+        yield run
+    finally:
+        kc.stop_channels()
+
+
+@pytest.mark.timeout(1500)
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=[p.stem.split("_")[0] for p in NOTEBOOKS])
 def test_notebook_runs_shows_its_plots_and_widgets_in_chromium(nb, lab, page):
     t0 = time.perf_counter()
     page.evaluate(
         "(path) => { window.jupyterapp.commands.execute('docmanager:open', {path}); }", nb.name
     )
+    source = nbformat.read(nb, as_version=4)
     try:
         page.wait_for_function(JS_OPENED, arg=nb.name)
         n_code = page.evaluate(JS_CODE_CELLS)
         assert n_code > 3, f"{nb.name} opened with only {n_code} code cells"
-        _run_all_cells(nb, lab, page)
-        ran_s = time.perf_counter() - t0
-        images, recorded = _figures_on_screen(nb, lab, page)
-        redrawn = _explore_sections_redraw(nb, page)
+        with _kernel_of(lab, page) as run:
+            run(learner_passes.INSTALL_PROBE, "the probe of the thread counts and settings")
+            learner_passes.first_pass(source, run, nb.name)
+            first_s = time.perf_counter() - t0
+            _run_all_cells(nb, lab, page)  # the second pass
+            ran_s = time.perf_counter() - t0 - first_s
+            images, recorded = _figures_on_screen(nb, lab, page)
+            redrawn = _explore_sections_redraw(nb, page)
+            learner_passes.explore_above_again(source, run, nb.name)
+            records = run(learner_passes.READ_PROBE, "reading the probe")
+        first, second, after_setup = learner_passes.passes(source, records)
+        learner_passes.check_same_state(nb.name, first, second, after_setup)
         print(
-            f"\n{nb.stem}: ran in {ran_s:.0f} s, whole check {time.perf_counter() - t0:.0f} s; "
-            f"{images} images for {recorded} recorded figures; redrawn: {redrawn}"
+            f"\n{nb.stem}: Explore skipped in {first_s:.0f} s, Run All in {ran_s:.0f} s, whole "
+            f"check {time.perf_counter() - t0:.0f} s; {images} images for {recorded} recorded "
+            f"figures; redrawn: {redrawn}"
         )
     finally:
         page.evaluate(JS_CLOSE)

@@ -1,10 +1,9 @@
 """Learners re-run cells, skip sections and jump to Explore: every notebook must survive all three.
 
 For every notebook, with nbclient (smoke profile):
-- skip, then re-run, in one kernel: run every code cell except the Explore sections (skipping an
-  optional section breaks nothing), then every code cell a second time, Explore included; no
-  cell may fail, the thread count after each cell must be what it was the first time, and the
-  setup's settings (its UPPERCASE values) must come out the same;
+- skip, then re-run, in one kernel (tests/learner_passes.py): the browser test runs this pass in
+  JupyterLab's kernel, its Run All the second pass; only where Chromium is missing does it run
+  here;
 - explore first, in a fresh kernel: the setup cells, then each Explore section, twice. An Explore
   section that needs more says so in one line of its markdown (`**Run first:** ...`), and the
   sections it names run before it (`the sections above`: it ran right after them in the second
@@ -30,6 +29,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
 from helpers.suite import runner
+from tests import learner_passes
 from tests import notebook_sections as ns
 
 pytestmark = pytest.mark.slow  # runs notebooks in kernels
@@ -72,32 +72,44 @@ def _probe(client: NotebookClient) -> dict:
     return json.loads(text.strip().splitlines()[-1])
 
 
-def _against_setup(probes: dict, cell: int, setup_cell: int) -> int | str:
-    """The thread count after `cell`, or "the setup's" where it is what the setup chose."""
-    threads = probes[cell]["threads"]
-    return "the setup's" if threads == probes[setup_cell]["threads"] else threads
-
-
-def _same_thread_counts(name: str, first: dict, second: dict, after_setup: int) -> None:
-    """No section changes the thread count and keeps it. The setup picks its count from the
-    cores free at that moment (devices.share()), which a busy machine changes between passes:
-    each pass is read against its own setup's choice."""
-    for i in (i for i in first if i >= after_setup):
-        assert _against_setup(second, i, after_setup) == _against_setup(first, i, after_setup), (
-            f"{name}: after cell {i} the second time, "
-            f"torch uses {second[i]['threads']} threads (the setup chose "
-            f"{second[after_setup]['threads']}), the first time {first[i]['threads']} (the setup "
-            f"chose {first[after_setup]['threads']}): a section changed the thread count and "
-            "kept it"
-        )
-
-
 def test_thread_counts_are_read_against_each_passes_setup():
     loaded = {2: {"threads": 1}, 5: {"threads": 1}}
     quiet = {2: {"threads": 2}, 5: {"threads": 2}}
     kept = {2: {"threads": 2}, 5: {"threads": 1}}
-    assert _against_setup(loaded, 5, 2) == _against_setup(quiet, 5, 2)
-    assert _against_setup(kept, 5, 2) != _against_setup(quiet, 5, 2)
+    assert learner_passes.against_setup(loaded, 5, 2) == learner_passes.against_setup(quiet, 5, 2)
+    assert learner_passes.against_setup(kept, 5, 2) != learner_passes.against_setup(quiet, 5, 2)
+
+
+def test_the_two_passes_are_read_from_the_probe_and_a_kept_thread_count_fails():
+    cell, md = nbformat.v4.new_code_cell, nbformat.v4.new_markdown_cell
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            cell("SIZE = 8"),
+            md("## 1 · Work"),
+            cell("work()"),
+            md("## Explore"),
+            cell("explore()"),
+        ]
+    )
+
+    def record(source, threads, size=8):
+        return {"source": source, "threads": threads, "settings": {"SIZE": size}}
+
+    runs = [("SIZE = 8", 2), ("work()", 2), ("SIZE = 8", 2), ("work()", 2), ("explore()", 1)]
+    records = [record("the probe itself", 2), *(record(src, t) for src, t in runs)]
+    first, second, after_setup = learner_passes.passes(nb, json.dumps(records))
+    assert (sorted(first), sorted(second), after_setup) == ([0, 2], [0, 2, 4], 0)
+    learner_passes.check_same_state("nb", first, second, after_setup)
+    kept = {**second, 2: record("work()", 1)}
+    with pytest.raises(AssertionError, match="a section changed the thread count and kept it"):
+        learner_passes.check_same_state("nb", first, kept, after_setup)
+    other = {**second, 0: record("SIZE = 8", 2, size=16)}
+    with pytest.raises(AssertionError, match="other settings when run again"):
+        learner_passes.check_same_state("nb", first, other, after_setup)
+    with pytest.raises(
+        AssertionError, match="ran 4 of the 5 cells of the two passes; run 4 should be cell 4"
+    ):
+        learner_passes.passes(nb, json.dumps(records[:-1]))
 
 
 def test_run_first_reads_ranges_as_a_learner_does():
@@ -208,51 +220,57 @@ def test_a_rebound_explore_name_is_found():
     ]
 
 
+def _runs_in(client: NotebookClient) -> learner_passes.Run:
+    """`run(source, what)` in the client's kernel, as the browser test's second client does."""
+
+    def run(source: str, what: str) -> str:
+        cell = nbformat.v4.new_code_cell(source)
+        try:
+            client.execute_cell(cell, 0)
+        except CellExecutionError as e:
+            pytest.fail(f"{what} failed: {e.ename}: {e.evalue}\n{source[:400]}")
+        return "".join(o.get("text", "") for o in cell.outputs if o.get("name") == "stdout")
+
+    return run
+
+
 @pytest.mark.learner
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
-def test_skip_explore_rerun_everything_and_explore_first(path):
-    t0 = time.perf_counter()
+def test_skip_explore_then_rerun_everything(path):
+    """Only where the browser test cannot run: there JupyterLab's Run All is the second pass."""
+    if (why := learner_passes.browser_missing()) is None:
+        pytest.skip("the browser test runs this pass in JupyterLab's kernel")
     nb = ns.read(path)
-    setup, secs = ns.sections(nb)
-    explore = [s for s in secs if s.explore]
-    skipped = {i for s in explore for i in s.code}
-    code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
-
-    client = _client(nb)
+    client = _client(ns.read(path))  # its own copy: execute_cell(cell, 0) stores into cell 0
     with client.setup_kernel():
-        first, second = {}, {}
-        for i in code:
-            if i in skipped:
-                continue
-            _run(client, nb, i, f"{path.name}, first pass (Explore skipped)")
-            first[i] = _probe(client)
-        for i in code:
-            _run(client, nb, i, f"{path.name}, second pass")
-            second[i] = _probe(client)
-        # An Explore section that says to run the sections above first ran just after them in
-        # the second pass; here it runs a second time (a fresh kernel would repeat the notebook).
-        for s in explore:
-            if s.run_first == ["above"]:
-                for i in s.code:
-                    _run(client, nb, i, f"{path.name}, '{s.title}' run a second time")
-    after_setup = setup[-1] if setup else code[0]
-    # from the end of the setup on (the setup may set the notebook's thread count on purpose; the
-    # cells before it, such as the hosted setup cell, see what the previous pass left)
-    _same_thread_counts(path.name, first, second, after_setup)
-    changed = {
-        k: (v, second[after_setup]["settings"].get(k))
-        for k, v in first[after_setup]["settings"].items()
-        if second[after_setup]["settings"].get(k) != v
-    }
-    assert not changed, f"{path.name}: the setup gives other settings when run again: {changed}"
+        run = _runs_in(client)
+        run(learner_passes.INSTALL_PROBE, "the probe of the thread counts and settings")
+        learner_passes.first_pass(nb, run, path.name)
+        learner_passes.run_all(nb, run, path.name)
+        learner_passes.explore_above_again(nb, run, path.name)
+        records = run(learner_passes.READ_PROBE, "reading the probe")
+    first, second, after_setup = learner_passes.passes(nb, records)
+    learner_passes.check_same_state(path.name, first, second, after_setup)
+    print(f"\n{path.stem}: skip + re-run with nbclient ({why})")
 
-    for s in (s for s in explore if s.run_first != ["above"]):
+
+@pytest.mark.learner
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_explore_first_runs_as_it_says(path):
+    """Each Explore section that does not need the sections above, in a fresh kernel: the setup,
+    what its "Run first" line names, then the section twice."""
+    t0 = time.perf_counter()
+    setup, secs = ns.sections(ns.read(path))
+    alone = [s for s in secs if s.explore and s.run_first != ["above"]]
+    if not alone:
+        pytest.skip(f"{path.name}: every Explore section runs after the sections above")
+    for s in alone:
         nb = ns.read(path)
         client = _client(nb)
-        order = [*setup, *ns.prerequisites(secs, s)]
         with client.setup_kernel():
-            for i in order:
+            for i in [*setup, *ns.prerequisites(secs, s)]:
                 _run(client, nb, i, f"{path.name}, before '{s.title}'")
             for attempt in ("first", "second"):
                 for i in s.code:
@@ -264,7 +282,7 @@ def test_skip_explore_rerun_everything_and_explore_first(path):
                         f"{'the setup' if not s.run_first else 'what it says to run first'} "
                         f"({attempt} run)",
                     )
-    print(f"\n{path.stem}: skip + re-run + explore-first in {time.perf_counter() - t0:.0f} s")
+    print(f"\n{path.stem}: explore-first in {time.perf_counter() - t0:.0f} s")
 
 
 @pytest.mark.timeout(600)
