@@ -15,6 +15,7 @@ Opt-in, because it needs the packages, which the pinned environment does not hav
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from IPython.core.inputtransformer2 import TransformerManager
 
 from helpers.suite import runner
 
@@ -104,3 +106,40 @@ def test_lightning_and_accelerate_cells_train(name, frameworks_dir, tmp_path, mo
     out = _framework_cell_output(nb)
     assert "is not installed: skipped" not in out, out
     assert "Lightning: " in out and "accelerate: " in out, out
+
+
+def _trainer_calls(source: str) -> list[ast.Call]:
+    """Every call of a name or attribute called `Trainer` in `source` (magics removed)."""
+    python = TransformerManager().transform_cell(source)
+    return [
+        node
+        for node in ast.walk(ast.parse(python))
+        if isinstance(node, ast.Call)
+        and (getattr(node.func, "attr", None) or getattr(node.func, "id", None)) == "Trainer"
+    ]
+
+
+def _one_device(call: ast.Call) -> bool:
+    return any(
+        k.arg == "devices" and isinstance(k.value, ast.Constant) and k.value.value == 1
+        for k in call.keywords
+    )
+
+
+def test_every_lightning_trainer_asks_for_one_device():
+    """`devices="auto"` on Kaggle's 2 x T4 starts DDP processes from the notebook's kernel."""
+    calls = [
+        (path.stem, call)
+        for path in sorted((ROOT / "notebooks").glob("*.ipynb"))
+        for cell in nbformat.read(path, as_version=4).cells
+        if cell.cell_type == "code"
+        for call in _trainer_calls(cell.source)
+    ]
+    assert len({name for name, _ in calls}) >= 4, "the Lightning cells were not found"
+    assert [name for name, call in calls if not _one_device(call)] == []
+
+
+def test_the_one_device_check_can_fail():
+    (auto,) = _trainer_calls('L.Trainer(max_epochs=1, accelerator="auto")')
+    (one,) = _trainer_calls('trainer = Trainer(accelerator="auto", devices=1)')
+    assert not _one_device(auto) and _one_device(one)
