@@ -68,6 +68,10 @@ WRONG = [
         "the shards plus the largest layer",
         "prefetching holds two unsharded units; the root stays unsharded after forward",
     ),
+    (
+        "need `torchvision.transforms.v2` on batches",
+        "a random v2 transform on a batch tensor applies one transformation to all its images",
+    ),
 ]
 
 # (notebook prefix, corrected phrase, its source or None for a phrase built from the measurement).
@@ -167,6 +171,11 @@ CORRECTED = [
     ),
     ("18", "reports 12.2 s per epoch on an unnamed GPU", D2L),
     ("18", "over its first `num_gpus` GPUs", D2L),
+    (
+        "05",
+        "applies the same transformation to every image of the batch",
+        "https://docs.pytorch.org/vision/stable/transforms.html",
+    ),
 ]
 
 
