@@ -72,6 +72,12 @@ WRONG = [
         "need `torchvision.transforms.v2` on batches",
         "a random v2 transform on a batch tensor applies one transformation to all its images",
     ),
+    (
+        "first moves plain_net to the first",
+        "DataParallel moves the module only when given one device; with two or more it must "
+        "already be on device_ids[0]",
+    ),
+    ("DataParallel moved plain_net to a GPU", "with two or more GPUs DataParallel moves nothing"),
 ]
 
 # (notebook prefix, corrected phrase, its source or None for a phrase built from the measurement).
@@ -175,6 +181,16 @@ CORRECTED = [
         "05",
         "applies the same transformation to every image of the batch",
         "https://docs.pytorch.org/vision/stable/transforms.html",
+    ),
+    (
+        "08",
+        "with two or more, the model must already be on `device_ids[0]`",
+        f"{PT}/generated/torch.nn.DataParallel.html",
+    ),
+    (
+        "08",
+        "moves the module to device_ids[0] only when it has one device",
+        f"{PT}/generated/torch.nn.DataParallel.html",
     ),
 ]
 
