@@ -78,6 +78,11 @@ WRONG = [
         "already be on device_ids[0]",
     ),
     ("DataParallel moved plain_net to a GPU", "with two or more GPUs DataParallel moves nothing"),
+    (
+        "set in `os.environ` of a running Python it changes nothing there",
+        "set in os.environ before `import torch` it works; once torch is imported it does not",
+    ),
+    ("`OMP_NUM_THREADS` is read once, at a process's start", "it is read when torch loads OpenMP"),
 ]
 
 # (notebook prefix, corrected phrase, its source or None for a phrase built from the measurement).
@@ -191,6 +196,16 @@ CORRECTED = [
         "08",
         "moves the module to device_ids[0] only when it has one device",
         f"{PT}/generated/torch.nn.DataParallel.html",
+    ),
+    (
+        "04",
+        "Once torch is imported, setting it changes nothing in that process",
+        f"{PT}/notes/cpu_threading_torchscript_inference.html",
+    ),
+    (
+        "04",
+        "is read once, when `import torch` loads OpenMP",
+        f"{PT}/notes/cpu_threading_torchscript_inference.html",
     ),
 ]
 
