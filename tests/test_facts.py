@@ -83,6 +83,10 @@ WRONG = [
         "set in os.environ before `import torch` it works; once torch is imported it does not",
     ),
     ("`OMP_NUM_THREADS` is read once, at a process's start", "it is read when torch loads OpenMP"),
+    (
+        "a CPU has no fast fp16 kernels",
+        "CPUs with AVX512-FP16 or AMX-FP16 have fast fp16 kernels; the suite does not detect them",
+    ),
 ]
 
 # (notebook prefix, corrected phrase, its source or None for a phrase built from the measurement).
@@ -207,6 +211,7 @@ CORRECTED = [
         "is read once, when `import torch` loads OpenMP",
         f"{PT}/notes/cpu_threading_torchscript_inference.html",
     ),
+    ("10", "but the suite does not detect them", f"{PT}/amp.html#cpu-op-specific-behavior"),
 ]
 
 

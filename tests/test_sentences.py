@@ -28,6 +28,11 @@ ITEMS = {
         "is a CUDA-GPU technique",
         "fp16 + GradScaler is timed on CUDA GPUs only",
     ),
+    "devices-cpu-fp16": (
+        "helpers/devices.py",
+        "a CPU has no fast fp16 kernels",
+        "CPUs with fast fp16 kernels (AVX512-FP16, AMX-FP16) and treats fp16 on a CPU as slow",
+    ),
     "04-grain-size-chunks": (
         "notebooks/04_cpu_threads.ipynb",
         "is cut into one chunk per thread",
