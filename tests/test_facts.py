@@ -87,6 +87,10 @@ WRONG = [
         "a CPU has no fast fp16 kernels",
         "CPUs with AVX512-FP16 or AMX-FP16 have fast fp16 kernels; the suite does not detect them",
     ),
+    (
+        "vanish once they fall below fp16's smallest subnormal",
+        "they round to zero below about 3e-8, half the smallest subnormal 2^-24",
+    ),
 ]
 
 # (notebook prefix, corrected phrase, its source or None for a phrase built from the measurement).
@@ -212,6 +216,11 @@ CORRECTED = [
         f"{PT}/notes/cpu_threading_torchscript_inference.html",
     ),
     ("10", "but the suite does not detect them", f"{PT}/amp.html#cpu-op-specific-behavior"),
+    (
+        "10",
+        "fp16 gradients round to zero below about 3e-8: half fp16's smallest subnormal",
+        f"{PT}/amp.html#gradient-scaling",
+    ),
 ]
 
 
