@@ -91,6 +91,12 @@ WRONG = [
         "vanish once they fall below fp16's smallest subnormal",
         "they round to zero below about 3e-8, half the smallest subnormal 2^-24",
     ),
+    (
+        "each device idles at least half the time",
+        "on average K stages are busy 1/K of the time; the slower stage more, the faster less",
+    ),
+    ("each busy at most half the step", "busy at most half the step on average"),
+    ("so each stage is busy for only about half", "on average; the slower stage is busy more"),
 ]
 
 # (notebook prefix, corrected phrase, its source or None for a phrase built from the measurement).
@@ -220,6 +226,21 @@ CORRECTED = [
         "10",
         "fp16 gradients round to zero below about 3e-8: half fp16's smallest subnormal",
         f"{PT}/amp.html#gradient-scaling",
+    ),
+    (
+        "15",
+        "the slower stage is busy more, the faster one less",
+        f"{PT}/distributed.pipelining.html",
+    ),
+    (
+        "15",
+        "2 sequential stages: one works at a time, so on average they are busy at most",
+        f"{PT}/distributed.pipelining.html",
+    ),
+    (
+        "15",
+        "the slower stage is busy more of it, the faster one less",
+        "https://arxiv.org/abs/1811.06965",
     ),
 ]
 

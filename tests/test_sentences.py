@@ -33,6 +33,11 @@ ITEMS = {
         "a CPU has no fast fp16 kernels",
         "CPUs with fast fp16 kernels (AVX512-FP16, AMX-FP16) and treats fp16 on a CPU as slow",
     ),
+    "claims-l17-average-busy": (
+        "helpers/suite/claims.py",
+        "2 sequential stages are busy at most 50 %",
+        "busy at most 50 % on average, the slower one more",
+    ),
     "04-grain-size-chunks": (
         "notebooks/04_cpu_threads.ipynb",
         "is cut into one chunk per thread",
