@@ -97,6 +97,16 @@ WRONG = [
     ),
     ("each busy at most half the step", "busy at most half the step on average"),
     ("so each stage is busy for only about half", "on average; the slower stage is busy more"),
+    (
+        "bound by its arithmetic",
+        "a busy device is the limit; arithmetic or memory takes the kernel view",
+    ),
+    (
+        "**compute-bound** (the device's arithmetic)",
+        "device-bound: busy time counts memory-bound kernels too",
+    ),
+    ("-> compute-bound (GPU kernels", "device busy >= 50 % means device-bound, not compute-bound"),
+    ("| the device's arithmetic | device busy", "the device (its kernels: arithmetic or memory)"),
 ]
 
 # (notebook prefix, corrected phrase, its source or None for a phrase built from the measurement).
@@ -241,6 +251,12 @@ CORRECTED = [
         "15",
         "the slower stage is busy more of it, the faster one less",
         "https://arxiv.org/abs/1811.06965",
+    ),
+    ("17", "busy time counts memory-bound kernels too", f"{PT}/profiler.html"),
+    (
+        "17",
+        "device-bound, the device (not the host) is the limit",
+        f"{PT}/profiler.html",
     ),
 ]
 

@@ -38,6 +38,11 @@ ITEMS = {
         "2 sequential stages are busy at most 50 %",
         "busy at most 50 % on average, the slower one more",
     ),
+    "diagnose-busy-is-device-bound": (
+        "helpers/diagnose.py",
+        "bound by its arithmetic",
+        "device-bound, the device (not the host) is the",
+    ),
     "04-grain-size-chunks": (
         "notebooks/04_cpu_threads.ipynb",
         "is cut into one chunk per thread",

@@ -540,7 +540,7 @@ def _l20(t: dict, ratio: float) -> str:
 @rule(
     "L21",
     M,
-    "the profiler's diagnosis of a loop built input-bound and of one built compute-bound: the "
+    "the profiler's diagnosis of a loop built input-bound and of one built device-bound: the "
     "advice is demonstrated on loops made for it, not tested on yours",
     "shown when the profile names the right kind for both loops (so it points to different fixes)",
     {},
