@@ -107,6 +107,10 @@ WRONG = [
     ),
     ("-> compute-bound (GPU kernels", "device busy >= 50 % means device-bound, not compute-bound"),
     ("| the device's arithmetic | device busy", "the device (its kernels: arithmetic or memory)"),
+    (
+        "It needs hardware support (NVIDIA Ampere+",
+        "bf16 also runs without the hardware, emulated and slow; it is fast only with it",
+    ),
 ]
 
 # (notebook prefix, corrected phrase, its source or None for a phrase built from the measurement).
@@ -257,6 +261,11 @@ CORRECTED = [
         "17",
         "device-bound, the device (not the host) is the limit",
         f"{PT}/profiler.html",
+    ),
+    (
+        "10",
+        "It is fast only with hardware support",
+        f"{PT}/generated/torch.cuda.is_bf16_supported.html",
     ),
 ]
 
