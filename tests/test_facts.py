@@ -111,6 +111,14 @@ WRONG = [
         "It needs hardware support (NVIDIA Ampere+",
         "bf16 also runs without the hardware, emulated and slow; it is fast only with it",
     ),
+    (
+        "path is the same, the cost is a lower bound",
+        "a copy between GPUs (PCIe, NVLink) can be slower or far faster than a host memory copy",
+    ),
+    (
+        "add up to exactly those of the whole batch",
+        "equal micro-batches, up to rounding, and no batch norm (it sees each micro-batch alone)",
+    ),
 ]
 
 # (notebook prefix, corrected phrase, its source or None for a phrase built from the measurement).
@@ -266,6 +274,16 @@ CORRECTED = [
         "10",
         "It is fast only with hardware support",
         f"{PT}/generated/torch.cuda.is_bf16_supported.html",
+    ),
+    (
+        "15",
+        "batch norm normalises each micro-batch alone",
+        "https://arxiv.org/abs/1811.06965",
+    ),
+    (
+        "15",
+        "can be slower or many times faster than one memory copy on this machine",
+        "https://www.nvidia.com/en-us/data-center/nvlink/",
     ),
 ]
 
