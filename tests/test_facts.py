@@ -273,7 +273,7 @@ CORRECTED = [
     (
         "10",
         "It is fast only with hardware support",
-        f"{PT}/generated/torch.cuda.is_bf16_supported.html",
+        "https://docs.nvidia.com/cuda/ampere-tuning-guide/index.html",
     ),
     (
         "15",
