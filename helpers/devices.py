@@ -281,10 +281,14 @@ def _skipped_techniques(
         # fp16 + GradScaler is timed on CUDA GPUs only. The scaler itself is not CUDA-only:
         # torch.amp.GradScaler("cpu") is public and it has an MPS path
         # (https://docs.pytorch.org/docs/stable/amp.html#gradient-scaling,
-        # https://github.com/pytorch/pytorch/blob/v2.14.0/torch/amp/grad_scaler.py); a CPU has no
-        # fast fp16 kernels, so timing fp16 there would time an emulation.
+        # https://github.com/pytorch/pytorch/blob/v2.14.0/torch/amp/grad_scaler.py). CPUs with
+        # AVX512-FP16 (Intel Xeons from Sapphire Rapids on) or AMX-FP16 (Granite Rapids) run fp16
+        # matmuls and convolutions fast through oneDNN
+        # (https://docs.pytorch.org/docs/stable/amp.html#cpu-op-specific-behavior). The suite
+        # does not detect them: it treats fp16 on every CPU as slow, as it is on the others.
         skip |= {
-            "fp16": "a CPU has no fast fp16 kernels: timing fp16 here would time an emulation"
+            "fp16": "fp16 + GradScaler is timed on CUDA GPUs only: the suite does not detect the "
+            "CPUs with fast fp16 kernels (AVX512-FP16, AMX-FP16) and treats fp16 on a CPU as slow"
             if kind == "cpu"
             else f"fp16 + GradScaler is timed on CUDA GPUs only; the suite has not timed it on an "
             f"{_NAMES[kind]}",

@@ -29,7 +29,12 @@ from .devices import as_device, synchronize
 # utilisation < 50 %" -> a bigger batch (RunProfileData.analyze in
 # https://github.com/pytorch/kineto/blob/0346c492c60257b37ba198613de64dfe5e574c96/tb_plugin/torch_tb_profiler/profiler/data.py).
 INPUT_WAIT_SHARE = 0.05  # waiting for data at least this share of the step: input-bound
-DEVICE_BUSY = 0.50  # the device busy at least this share of the step: bound by its arithmetic
+# The device busy at least DEVICE_BUSY of the step: device-bound, the device (not the host) is the
+# limit. Busy time counts memory-bound kernels too: whether the kernels are limited by arithmetic
+# or by memory takes their rates against the device's ceilings (the kernel view:
+# https://docs.pytorch.org/docs/stable/profiler.html,
+# https://docs.nvidia.com/deeplearning/performance/dl-performance-gpu-background/index.html).
+DEVICE_BUSY = 0.50
 
 
 def profiler_activities(device: str | torch.device) -> list[ProfilerActivity]:

@@ -232,9 +232,9 @@ CASES: dict[str, list[tuple[dict, str]]] = {
         ),
         (
             {
-                "data_loop_kind": "cpu-compute-bound",
-                "compute_loop_kind": "cpu-compute-bound",
-                "compute_kinds_expected": ("cpu-compute-bound",),
+                "data_loop_kind": "operator-bound",
+                "compute_loop_kind": "operator-bound",
+                "compute_kinds_expected": ("operator-bound",),
             },
             NOT_SHOWN,
         ),

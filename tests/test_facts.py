@@ -68,6 +68,57 @@ WRONG = [
         "the shards plus the largest layer",
         "prefetching holds two unsharded units; the root stays unsharded after forward",
     ),
+    (
+        "need `torchvision.transforms.v2` on batches",
+        "a random v2 transform on a batch tensor applies one transformation to all its images",
+    ),
+    (
+        "first moves plain_net to the first",
+        "DataParallel moves the module only when given one device; with two or more it must "
+        "already be on device_ids[0]",
+    ),
+    ("DataParallel moved plain_net to a GPU", "with two or more GPUs DataParallel moves nothing"),
+    (
+        "set in `os.environ` of a running Python it changes nothing there",
+        "set in os.environ before `import torch` it works; once torch is imported it does not",
+    ),
+    ("`OMP_NUM_THREADS` is read once, at a process's start", "it is read when torch loads OpenMP"),
+    (
+        "a CPU has no fast fp16 kernels",
+        "CPUs with AVX512-FP16 or AMX-FP16 have fast fp16 kernels; the suite does not detect them",
+    ),
+    (
+        "vanish once they fall below fp16's smallest subnormal",
+        "they round to zero below about 3e-8, half the smallest subnormal 2^-24",
+    ),
+    (
+        "each device idles at least half the time",
+        "on average K stages are busy 1/K of the time; the slower stage more, the faster less",
+    ),
+    ("each busy at most half the step", "busy at most half the step on average"),
+    ("so each stage is busy for only about half", "on average; the slower stage is busy more"),
+    (
+        "bound by its arithmetic",
+        "a busy device is the limit; arithmetic or memory takes the kernel view",
+    ),
+    (
+        "**compute-bound** (the device's arithmetic)",
+        "device-bound: busy time counts memory-bound kernels too",
+    ),
+    ("-> compute-bound (GPU kernels", "device busy >= 50 % means device-bound, not compute-bound"),
+    ("| the device's arithmetic | device busy", "the device (its kernels: arithmetic or memory)"),
+    (
+        "It needs hardware support (NVIDIA Ampere+",
+        "bf16 also runs without the hardware, emulated and slow; it is fast only with it",
+    ),
+    (
+        "path is the same, the cost is a lower bound",
+        "a copy between GPUs (PCIe, NVLink) can be slower or far faster than a host memory copy",
+    ),
+    (
+        "add up to exactly those of the whole batch",
+        "equal micro-batches, up to rounding, and no batch norm (it sees each micro-batch alone)",
+    ),
 ]
 
 # (notebook prefix, corrected phrase, its source or None for a phrase built from the measurement).
@@ -167,6 +218,73 @@ CORRECTED = [
     ),
     ("18", "reports 12.2 s per epoch on an unnamed GPU", D2L),
     ("18", "over its first `num_gpus` GPUs", D2L),
+    (
+        "05",
+        "applies the same transformation to every image of the batch",
+        "https://docs.pytorch.org/vision/stable/transforms.html",
+    ),
+    (
+        "08",
+        "with two or more, the model must already be on `device_ids[0]`",
+        f"{PT}/generated/torch.nn.DataParallel.html",
+    ),
+    (
+        "08",
+        "moves the module to device_ids[0] only when it has one device",
+        f"{PT}/generated/torch.nn.DataParallel.html",
+    ),
+    (
+        "04",
+        "Once torch is imported, setting it changes nothing in that process",
+        f"{PT}/notes/cpu_threading_torchscript_inference.html",
+    ),
+    (
+        "04",
+        "is read once, when `import torch` loads OpenMP",
+        f"{PT}/notes/cpu_threading_torchscript_inference.html",
+    ),
+    ("10", "but the suite does not detect them", f"{PT}/amp.html#cpu-op-specific-behavior"),
+    (
+        "10",
+        "fp16 gradients round to zero below about 3e-8: half fp16's smallest subnormal",
+        f"{PT}/amp.html#gradient-scaling",
+    ),
+    (
+        "15",
+        "the slower stage is busy more, the faster one less",
+        f"{PT}/distributed.pipelining.html",
+    ),
+    (
+        "15",
+        "2 sequential stages: one works at a time, so on average they are busy at most",
+        f"{PT}/distributed.pipelining.html",
+    ),
+    (
+        "15",
+        "the slower stage is busy more of it, the faster one less",
+        "https://arxiv.org/abs/1811.06965",
+    ),
+    ("17", "busy time counts memory-bound kernels too", f"{PT}/profiler.html"),
+    (
+        "17",
+        "device-bound, the device (not the host) is the limit",
+        f"{PT}/profiler.html",
+    ),
+    (
+        "10",
+        "It is fast only with hardware support",
+        "https://docs.nvidia.com/cuda/ampere-tuning-guide/index.html",
+    ),
+    (
+        "15",
+        "batch norm normalises each micro-batch alone",
+        "https://arxiv.org/abs/1811.06965",
+    ),
+    (
+        "15",
+        "can be slower or many times faster than one memory copy on this machine",
+        "https://www.nvidia.com/en-us/data-center/nvlink/",
+    ),
 ]
 
 

@@ -28,6 +28,21 @@ ITEMS = {
         "is a CUDA-GPU technique",
         "fp16 + GradScaler is timed on CUDA GPUs only",
     ),
+    "devices-cpu-fp16": (
+        "helpers/devices.py",
+        "a CPU has no fast fp16 kernels",
+        "CPUs with fast fp16 kernels (AVX512-FP16, AMX-FP16) and treats fp16 on a CPU as slow",
+    ),
+    "claims-l17-average-busy": (
+        "helpers/suite/claims.py",
+        "2 sequential stages are busy at most 50 %",
+        "busy at most 50 % on average, the slower one more",
+    ),
+    "diagnose-busy-is-device-bound": (
+        "helpers/diagnose.py",
+        "bound by its arithmetic",
+        "device-bound, the device (not the host) is the",
+    ),
     "04-grain-size-chunks": (
         "notebooks/04_cpu_threads.ipynb",
         "is cut into one chunk per thread",

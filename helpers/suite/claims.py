@@ -463,12 +463,16 @@ def _l16(t: dict, prefix_load_failed: bool) -> str:
     return SHOWN if prefix_load_failed else NOT_SHOWN
 
 
+# A plain split runs one stage at a time, so K stages are busy 1/K of the step on average; with
+# unequal stages the slower one is busy more (https://arxiv.org/abs/1811.06965,
+# https://docs.pytorch.org/docs/stable/distributed.pipelining.html).
 @rule(
     "L17",
     V,
     "hand-off time (activations forward, their gradients back) / a "
-    "plain 2-stage split's step; the idle half is fixed by the schedule "
-    "(2 sequential stages are busy at most 50 %) and shown, not judged",
+    "plain 2-stage split's step; the idle time is fixed by the schedule (one of 2 sequential "
+    "stages works at a time: busy at most 50 % on average, the slower one more) and shown, "
+    "not judged",
     "holds when the hand-off is >= {handoff} of the step (stated "
     "tolerance); else does not hold here (the activations handed over cost too little to see)",
     {"handoff": 0.02},
@@ -542,7 +546,7 @@ def _l20(t: dict, ratio: float) -> str:
 @rule(
     "L21",
     M,
-    "the profiler's diagnosis of a loop built input-bound and of one built compute-bound: the "
+    "the profiler's diagnosis of a loop built input-bound and of one built device-bound: the "
     "advice is demonstrated on loops made for it, not tested on yours",
     "shown when the profile names the right kind for both loops (so it points to different fixes)",
     {},
