@@ -48,10 +48,13 @@ install: $(STAMP)
 run: install
 	$(BIN)/python -m helpers.suite $(if $(PROFILE),--profile $(PROFILE)) $(if $(CONFIRM),--yes)
 
+# The last line lints the scripts in %%writefile cells, which ruff skips in a notebook
+# (`python scripts/lesson_scripts.py --fix` formats them in place).
 lint: install
 	$(BIN)/ruff format --check helpers tests notebooks benchmarks scripts
 	$(BIN)/ruff check helpers tests notebooks benchmarks scripts
 	$(BIN)/nbstripout --verify notebooks/*.ipynb
+	$(BIN)/python scripts/lesson_scripts.py
 
 unit: install
 	FTG_PROFILE=smoke $(BIN)/python -m pytest tests -q -m "not learner and not load and not doctor and not slow" -n $(TEST_JOBS)

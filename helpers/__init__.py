@@ -4,6 +4,7 @@
 data
   data            Fashion-MNIST and CIFAR-10 through torchvision (offline, a labelled stand-in);
                   `TensorBatches`: batches of uint8 tensors held in memory or on the device
+                  `cifar_shaped`: the normalised images notebooks 10, 11 and 11b train on
   synthetic       those stand-ins, written in the real data sets' on-disk formats
   pipelines       the CPU image pipeline (image files, decode, augment), what its workers cost; DALI
   paths           where data sets and build output live on disk

@@ -7,6 +7,7 @@ connection attempt, or `FTG_OFFLINE=1`: a download never hangs.
 
 `TensorBatches(x_uint8, y, 512, augment=to_unit_float, device="cuda")`: (X, y) batches of a
 data set held as uint8 tensors, where a DataLoader was (notebooks 05, 17, 18).
+`cifar_shaped(source, n)`: the normalised in-memory images notebooks 10, 11 and 11b train on.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import socket
 import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 from urllib.parse import urlparse
 
 import torch
@@ -259,6 +261,41 @@ def as_tensors(ds: Dataset, limit: int | None = None) -> tuple[torch.Tensor, tor
     if check_int("limit", limit, where="as_tensors", allow_none=True) is not None:
         x, y = x[:limit], y[:limit]
     return x.contiguous(), y
+
+
+# The two sources of notebooks 10, 11 and 11b: CIFAR-10, or CIFAR-shaped synthetic images.
+CIFAR_SHAPED_SOURCES = ("cifar10", "synthetic.class_images")
+
+
+class CifarShaped(NamedTuple):
+    """Normalised float32 images (N, 3, 32, 32) and int64 labels in host memory, and what they
+    are: `name` and `synthetic` for `Recorder.data_source`, `description` for the output."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    name: str
+    synthetic: bool
+    description: str
+
+
+def cifar_shaped(source: str, n: int) -> CifarShaped:
+    """The first `n` CIFAR-10 training images (`source="cifar10"`; the labelled stand-in offline),
+    or `n` synthetic class images of that shape, as `(x / 255 - 0.5) / 0.25`. Notebooks 10, 11
+    and 11b time a ResNet on the same data held in memory: this is their data, written once
+    (their lessons are the precision, the fp32 paths and the compiler, not loading images)."""
+    check_choice("source", source, CIFAR_SHAPED_SOURCES, where="cifar_shaped")
+    check_int("n", n, where="cifar_shaped")
+    if source == "cifar10":
+        ds = cifar10(train=True)
+        x, y = as_tensors(ds, limit=n)
+        name, is_synthetic, description = "cifar10", bool(ds.synthetic), describe(ds)
+    else:
+        images, labels = synthetic.class_images(n, 32, 32, 3, seed=0)
+        x, y = torch.from_numpy(images).permute(0, 3, 1, 2).contiguous(), torch.from_numpy(labels)
+        name, is_synthetic = "synthetic CIFAR-shaped images", True
+        description = f"{n} SYNTHETIC CIFAR-shaped images (class prototypes + noise), in memory"
+    x = x.float().div(255).sub(0.5).div(0.25)
+    return CifarShaped(x, y, name, is_synthetic, description)
 
 
 # ----------------------------------------------------------------------------- TensorBatches

@@ -54,6 +54,22 @@ def test_cifar10_synthetic_checked_with_md5(small_synthetic):
         data.cifar10(train=False)
 
 
+def test_cifar_shaped_is_what_notebooks_10_11_and_11b_wrote_inline(small_synthetic):
+    """Their cell loaded, normalised and labelled the images itself: the same tensors now."""
+    images = data.cifar_shaped("synthetic.class_images", 40)
+    raw, labels = synthetic.class_images(40, 32, 32, 3, seed=0)
+    x = torch.from_numpy(raw).permute(0, 3, 1, 2).contiguous()
+    assert images.x.shape == (40, 3, 32, 32) and images.x.dtype == torch.float32
+    assert torch.equal(images.x, x.float().div(255).sub(0.5).div(0.25))
+    assert torch.equal(images.y, torch.from_numpy(labels))
+    assert (images.name, images.synthetic) == ("synthetic CIFAR-shaped images", True)
+    assert images.description.startswith("40 SYNTHETIC CIFAR-shaped images")
+    cifar = data.cifar_shaped("cifar10", 64)  # offline: the labelled stand-in, 500 images
+    x, y = data.as_tensors(data.cifar10(train=True), limit=64)
+    assert torch.equal(cifar.x, x.float().div(255).sub(0.5).div(0.25)) and torch.equal(cifar.y, y)
+    assert (cifar.name, cifar.synthetic) == ("cifar10", True) and "SYNTHETIC" in cifar.description
+
+
 def test_offline_never_hangs_and_real_is_a_clear_error(data_root):
     t0 = time.perf_counter()
     assert not data.online("http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/")

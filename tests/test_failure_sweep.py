@@ -483,6 +483,16 @@ CASES = [
         [1, 2],
     ),
     case(
+        data.cifar_shaped,
+        ValueError,
+        r"cifar_shaped: source must be one of 'cifar10', 'synthetic.class_images', got 'mnist'",
+        "mnist",
+        8,
+    ),
+    case(
+        data.cifar_shaped, ValueError, r"cifar_shaped: n must be an int >= 1, got 0", "cifar10", 0
+    ),
+    case(
         data.diagnose,
         ValueError,
         r"unknown data set 'mnist': valid names are fashion-mnist, cifar10",
@@ -1200,6 +1210,7 @@ NO_BAD_INPUT = {
     "data.urlparse",
     "catalog.main",
     "data.to_unit_float",
+    "data.CifarShaped",  # what data.cifar_shaped returns, its inputs checked there
     "runner.HeadlessOutputWidget",  # made by nbclient, from the kernel's own messages
 }  # a batch function: TensorBatches checks the batches
 
