@@ -362,6 +362,27 @@ def test_reference_run_docs_and_scripts_name_no_particular_machine():
     assert not hits, "\n".join(hits)
 
 
+def test_keep_runs_zero_removes_no_run_folder(tmp_path, monkeypatch):
+    """`all` starts a suite run per notebook (21 of them): with FTG_KEEP_RUNS=0, which the script
+    sets, the 21st does not remove the first; the default still keeps the newest 20."""
+    from helpers.suite import runs
+
+    monkeypatch.setenv("FTG_BUILD_DIR", str(tmp_path))
+    old = [tmp_path / "runs" / f"2000-01-01_0000{i:02d}" for i in range(25)]
+    for d in old:
+        d.mkdir(parents=True)
+        (d / "run.json").write_text(json.dumps({"state": "finished"}))
+    monkeypatch.setenv("FTG_KEEP_RUNS", "0")
+    runs.new_run_dir()
+    assert all(d.is_dir() for d in old)
+    monkeypatch.setenv("FTG_KEEP_RUNS", "many")
+    with pytest.raises(ValueError, match="FTG_KEEP_RUNS must be a whole number"):
+        runs.new_run_dir()
+    monkeypatch.delenv("FTG_KEEP_RUNS")
+    runs.new_run_dir()
+    assert sum(d.is_dir() for d in old) == 19  # and the first new one: the newest 20 kept
+
+
 @pytest.mark.learner  # three kernels and the preflight: about 30 s, so with the learner passes
 def test_all_runs_every_notebook_in_the_gpu_profile_and_packs_at_most_eight_files(tmp_path):
     """The one-call check, in its no-GPU mode: every notebook once (two streams), the failure's
