@@ -160,7 +160,7 @@ version_in() {
 # machine only to fail later at an import, and a Python outside requires-python fails in the
 # middle of a notebook; both say so here, in a second.
 check_python_and_platform() {
-    local spec info ver system machine st=0 whl base py abi plat cp
+    local spec info ver system machine st=0 whl base py abi plat pytag
     local -a tags bad=()
     spec=$(sed -n 's/^requires-python *= *"\([^"]*\)".*/\1/p' pyproject.toml 2>/dev/null | head -n 1)
     [ -n "$spec" ] || die "no requires-python in $ROOT/pyproject.toml: is this the repository root?"
@@ -179,7 +179,7 @@ requires-python): name another with FTG_PYTHON=/path/to/python3"
         *) die "$PY runs on $system $machine; the reference run needs Linux on x86_64 or aarch64 \
 (the manylinux wheels of scripts/gpu_wheels.sh)" ;;
     esac
-    cp="cp${ver%.*}"; cp=${cp/./}  # 3.12.3 -> cp312
+    pytag="cp${ver%.*}" && pytag=${pytag/./}  # 3.12.3 -> cp312
     for whl in .whl/*.whl; do
         base=${whl##*/}
         IFS=- read -r -a tags <<<"${base%.whl}"
@@ -187,10 +187,10 @@ requires-python): name another with FTG_PYTHON=/path/to/python3"
         py=${tags[-3]} abi=${tags[-2]} plat=${tags[-1]}
         if [ "$plat" != any ] && { [[ $plat != *linux* ]] || [[ ".$plat." != *"_$machine."* ]]; }; then
             bad+=("$base (for $plat, not $machine)")
-        elif [[ $abi =~ ^cp[0-9]+$ ]] && [ "$abi" != "$cp" ]; then
-            bad+=("$base (for $abi, not $cp)")
-        elif [ "$abi" = abi3 ] && [[ $py =~ ^cp3([0-9]+)$ ]] && [ "${BASH_REMATCH[1]}" -gt "${cp#cp3}" ]; then
-            bad+=("$base (for $py or later, not $cp)")
+        elif [[ $abi =~ ^cp[0-9]+$ ]] && [ "$abi" != "$pytag" ]; then
+            bad+=("$base (for $abi, not $pytag)")
+        elif [ "$abi" = abi3 ] && [[ $py =~ ^cp3([0-9]+)$ ]] && [ "${BASH_REMATCH[1]}" -gt "${pytag#cp3}" ]; then
+            bad+=("$base (for $py or later, not $pytag)")
         fi
     done
     [ "${#bad[@]}" -eq 0 ] || die "the wheels in .whl/ do not fit Python $ver on $machine: \
@@ -505,7 +505,7 @@ PYEOF
 # own limit (one that fails or hangs costs only itself), until the call's deadline; packed
 # after each notebook. Each outcome goes to $SCRATCH/ledger.jsonl for pack_all.
 run_all() {
-    local deadline=$((CALL_START + STEP_SECONDS)) line name budget limit left rc t0 state
+    local deadline=$((CALL_START + STEP_SECONDS)) i name budget limit left rc t0 state
     local -a plan
     mapfile -t plan < <(all_plan)
     [ "${#plan[@]}" -gt 0 ] || die "no notebooks in $ROOT/notebooks"
@@ -513,9 +513,9 @@ run_all() {
     echo "== all: ${#plan[@]} notebooks one at a time, gpu profile, the capstone first, then the" \
         "longest H100 budget first; none started after $(date -d "@$deadline" +%T)" \
         "without its budget + ${START_SECONDS} s left"
-    for line in "${plan[@]}"; do
+    for i in "${!plan[@]}"; do
         [ -z "$STOPPED" ] || break
-        read -r name budget <<<"$line"
+        read -r name budget <<<"${plan[i]}"
         left=$((deadline - $(date +%s)))
         if [ "$left" -lt $((budget + START_SECONDS)) ]; then
             echo "== $name: not run: out of time (${left} s left, its H100 budget ${budget} s)"
@@ -539,7 +539,7 @@ run_all() {
         fi
         printf '{"name": "%s", "rc": %d, "wall": %d, "limit": %d, "budget": %d, "stopped": "%s"}\n' \
             "$name" "$rc" $(($(date +%s) - t0)) "$limit" "$budget" "$STOPPED" >> "$SCRATCH/ledger.jsonl"
-        pack_all running
+        [ "$i" -eq $((${#plan[@]} - 1)) ] || pack_all running  # the last: packed once, below
     done
     state=finished
     [ -z "$STOPPED" ] || state=SIG$STOPPED
@@ -678,6 +678,7 @@ log = {
     "run": combined.name,
     "state": "interrupted" if stopped else "running" if state == "running" else "finished",
     "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since)),
+    **({} if state == "running" else {"ended": time.strftime("%Y-%m-%d %H:%M:%S")}),
     "notebooks": {
         n: {k: r["runs"][0][k] for k in ("status", "seconds", "error") if k in r["runs"][0]}
         for n, r in notebooks.items()
@@ -701,7 +702,7 @@ if capstone and capstone[0].is_file():
         from benchmarks.capstone import bench_rows, table
 
         put(f"bench_capstone-{tag}.md", table(bench_rows(recorded)) + "\n")
-    else:
+    elif state != "running":
         print("== notebook 18 recorded no waterfall: no capstone table")
 print(f"== packed: {len(ok)} ok, {len(failed)} failed, {len(not_run)} not run"
       + (f", {len(to_run)} to run" if to_run else ""))
