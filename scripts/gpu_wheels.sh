@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Fetch the wheels an offline GPU node lacks (scripts/gpu_wheels.txt) into .whl/, for Python 3.12
-# on x86-64 Linux. Run HERE (a machine that reaches the package index), in the repository root:
+# Fetch the wheels an offline GPU node lacks (scripts/gpu_wheels.txt) into .whl/, by default for
+# Python 3.12 on x86-64 Linux. Run HERE (a machine that reaches the package index), in the
+# repository root:
 #
 #     bash scripts/gpu_wheels.sh
+#     FTG_WHEELS_PYTHON=3.11 FTG_WHEELS_ARCH=aarch64 bash scripts/gpu_wheels.sh   # another node
 #
+# They must be the node's python3 and machine: scripts/gpu_reference_run.sh checks the wheels'
+# tags against them before it installs anything.
 # Then copy the repository with .whl/ to the node and run scripts/gpu_reference_run.sh there
 # (DEVELOPERS.md, "Reference runs on an offline GPU node"). .whl/ is ignored by git.
 set -euo pipefail
@@ -12,10 +16,12 @@ cd "$(dirname "$0")/.."
 LIST=scripts/gpu_wheels.txt
 DEST=.whl
 LIMIT_MIB=64  # keep the copy sent to the node small: working tree + wheels
+PYVER=${FTG_WHEELS_PYTHON:-3.12}  # the node's python3
+ARCH=${FTG_WHEELS_ARCH:-x86_64}   # and its machine (uname -m)
 
 die() { echo "gpu_wheels.sh: $*" >&2; exit 1; }
 
-# Any Python with pip will do: --python-version/--platform make pip pick the 3.12 manylinux wheels.
+# Any Python with pip will do: --python-version/--platform make pip pick the node's manylinux wheels.
 PY=${PYTHON:-}
 if [ -z "$PY" ]; then
     for cand in .venv/bin/python python3 python; do
@@ -24,6 +30,11 @@ if [ -z "$PY" ]; then
 fi
 [ -n "$PY" ] || die "no Python with pip found (set PYTHON=/path/to/python)"
 [ -f "$LIST" ] || die "$LIST is missing"
+[[ $PYVER =~ ^3\.[0-9]+$ ]] || die "FTG_WHEELS_PYTHON must be a version such as 3.12, got '$PYVER'"
+case "$ARCH" in
+    x86_64 | aarch64) ;;
+    *) die "FTG_WHEELS_ARCH must be x86_64 or aarch64, got '$ARCH'" ;;
+esac
 
 mapfile -t PINS < <(sed -e 's/#.*//' -e 's/[[:space:]]//g' "$LIST" | grep -v '^$')
 [ "${#PINS[@]}" -gt 0 ] || die "$LIST names no wheels"
@@ -36,12 +47,12 @@ done
 # another version left in .whl/ would make the install there fail ("two versions").
 TMP=$(mktemp -d "${DEST}.tmp.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
-echo "Downloading ${#PINS[@]} wheels for CPython 3.12 manylinux x86-64 with $PY ..."
+echo "Downloading ${#PINS[@]} wheels for CPython $PYVER manylinux $ARCH with $PY ..."
 "$PY" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
-    --python-version 3.12 --implementation cp \
-    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
-    --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 \
-    --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
+    --python-version "$PYVER" --implementation cp \
+    --platform "manylinux_2_28_$ARCH" --platform "manylinux_2_27_$ARCH" \
+    --platform "manylinux_2_24_$ARCH" --platform "manylinux_2_17_$ARCH" \
+    --platform "manylinux2014_$ARCH" --platform "manylinux1_$ARCH" \
     -d "$TMP" "${PINS[@]}"
 
 count=$(find "$TMP" -maxdepth 1 -name '*.whl' | wc -l)

@@ -13,14 +13,25 @@ import time
 from pathlib import Path
 
 from .. import paths
+from ..checks import check_int
+
+KEEP_RUNS_VAR = "FTG_KEEP_RUNS"
 
 
-def new_run_dir(keep: int = 20) -> Path:
+def new_run_dir(keep: int | None = None) -> Path:
     """A new `<build>/runs/<date>_<time>[_N]/` (two runs in the same second get two). Finished
-    runs beyond the newest `keep` are removed, never one still running (its `run.json`)."""
+    runs beyond the newest `keep` are removed, never one still running (its `run.json`).
+    `keep` defaults to `$FTG_KEEP_RUNS`, else 20; 0 keeps every run (a caller that starts one
+    suite run per notebook, scripts/gpu_reference_run.sh, must not lose its first ones)."""
+    if keep is None:
+        text = os.environ.get(KEEP_RUNS_VAR, "").strip() or "20"
+        if not text.isdigit():
+            raise ValueError(f"{KEEP_RUNS_VAR} must be a whole number >= 0, got {text!r}")
+        keep = int(text)
+    check_int("keep", keep, 0, where="new_run_dir")
     root = paths.build_dir() / "runs"
     root.mkdir(parents=True, exist_ok=True)
-    for old in sorted(root.glob("*/"))[:-keep]:
+    for old in sorted(root.glob("*/"))[:-keep] if keep else []:
         with contextlib.suppress(OSError, ValueError):
             if json.loads((old / "run.json").read_text()).get("state") in (
                 "finished",
