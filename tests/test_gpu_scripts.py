@@ -454,6 +454,33 @@ ALL_NOTEBOOKS = {
 ALL_BUDGETS = {"18_first": 5, "50_huge": 5000, "30_bad": 90, "20_after": 80, "10_hang": 70}
 
 
+def _run_all_until_the_hang_then_sigterm(repo: Path, tmp: Path, out: Path, log: Path) -> int:
+    """`gpu_reference_run.sh --out OUT all` in its own process group, SIGTERM to the group once
+    the hanging notebook runs; its exit status."""
+    env = _clean_env(FTG_PYTHON=sys.executable, FTG_ALLOW_NO_GPU="1", TMPDIR=str(tmp))
+    with open(log, "w") as stdout:
+        proc = subprocess.Popen(
+            ["bash", str(repo / "scripts" / "gpu_reference_run.sh"), "--out", str(out), "all"],
+            cwd=repo,
+            env=env,
+            stdout=stdout,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group, as a command runner's
+        )
+        try:
+            deadline = time.monotonic() + 400  # a hang guard: about 2 minutes on 2 busy cores
+            # its kernel runs the cell (the marker is in the kernel's folder, notebooks/)
+            while not (repo / "notebooks" / "10_hang.started").exists():
+                assert proc.poll() is None, log.read_text()
+                assert time.monotonic() < deadline, log.read_text()
+                time.sleep(0.5)
+            os.killpg(proc.pid, signal.SIGTERM)
+            return proc.wait(timeout=90)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
 @pytest.mark.slow  # the preflight's kernel and four suite calls: about a minute (2 on 2 busy cores)
 def test_all_goes_on_past_a_failure_and_a_kill_returns_what_finished(tmp_path):
     """The one-call check without a GPU: the failing notebook is recorded with its error and the
@@ -469,28 +496,7 @@ def test_all_goes_on_past_a_failure_and_a_kill_returns_what_finished(tmp_path):
         os.utime(d / "run.json", (0, 0))
     tmp, out = tmp_path / "tmp", tmp_path / "out"
     tmp.mkdir()
-    env = _clean_env(FTG_PYTHON=sys.executable, FTG_ALLOW_NO_GPU="1", TMPDIR=str(tmp))
-    with open(tmp_path / "stdout", "w") as stdout:
-        proc = subprocess.Popen(
-            ["bash", str(repo / "scripts" / "gpu_reference_run.sh"), "--out", str(out), "all"],
-            cwd=repo,
-            env=env,
-            stdout=stdout,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group, as a command runner's
-        )
-        try:
-            deadline = time.monotonic() + 400  # a hang guard: about 2 minutes on 2 busy cores
-            # its kernel runs the cell (the marker is in the kernel's folder, notebooks/)
-            while not (repo / "notebooks" / "10_hang.started").exists():
-                assert proc.poll() is None, (tmp_path / "stdout").read_text()
-                assert time.monotonic() < deadline, (tmp_path / "stdout").read_text()
-                time.sleep(0.5)
-            os.killpg(proc.pid, signal.SIGTERM)
-            rc = proc.wait(timeout=90)
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
+    rc = _run_all_until_the_hang_then_sigterm(repo, tmp, out, tmp_path / "stdout")
     text = (tmp_path / "stdout").read_text()
     assert rc == 128 + signal.SIGTERM, text
     for bad in ("KeyError", "Traceback", "packing failed", "report not written"):
