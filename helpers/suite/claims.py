@@ -225,8 +225,9 @@ def undecided(r: Rule, timing: Timed | tuple, measured: dict[str, Any]) -> str:
         least, _ = floor(device)
         if seconds < least:
             return (
-                f"too small to measure here: {_ms(seconds)} per window, below the "
-                f"{_ms(least)} floor ({device or 'device not named'}): time more work per window"
+                f"too small to measure here: {window_text(seconds)} per window, below the "
+                f"{window_text(least)} floor ({device or 'device not named'}): "
+                "time more work per window"
             )
     ends = [(t.low, t.high) for t in timed.values()]
     corners = [dict(zip(timed, c, strict=True)) for c in itertools.product(*ends)]
@@ -241,12 +242,12 @@ def undecided(r: Rule, timing: Timed | tuple, measured: dict[str, Any]) -> str:
 
 def _crossed(r: Rule, timed: dict[str, Timed], measured: dict[str, Any]) -> list[str]:
     """The thresholds inside a timed range where the outcome changes; else where it does."""
-    out = []
+    out: list[str] = []
     for name, t in timed.items():
         at = lambda x, name=name: _decide(r, {**measured, name: x})  # noqa: E731
         for k, v in r.limits.items():
             eps = abs(v) * 1e-6 or 1e-9
-            if t.low <= v <= t.high and at(v - eps) != at(v + eps):
+            if t.low <= v <= t.high and at(v - eps) != at(v + eps) and f"{v:g} ({k})" not in out:
                 out.append(f"{v:g} ({k})")
         if not out and at(t.low) != at(t.high):  # a threshold computed from the measurements
             lo, hi = t.low, t.high
@@ -257,8 +258,9 @@ def _crossed(r: Rule, timed: dict[str, Timed], measured: dict[str, Any]) -> list
     return out or ["thresholds"]
 
 
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.2g} ms" if seconds < 1e-2 else f"{seconds * 1e3:.0f} ms"
+def window_text(seconds: float) -> str:
+    """0.8 ms, 5 ms, 120 ms, 1.2 s: a window as a person reads it."""
+    return f"{seconds * 1e3:.2g} ms" if seconds < 0.1 else f"{seconds:.3g} s"
 
 
 def _tiers(x: float, hi: float, lo: float, only: str) -> str:

@@ -22,7 +22,7 @@ from typing import Any
 
 from .. import paths
 from ..profiles import PROFILES, Profile
-from .claims import DECIDED, RULES, judge, kind_of
+from .claims import DECIDED, RULES, judge, kind_of, window_text
 
 
 class Recorder:
@@ -154,7 +154,7 @@ class Recorder:
             + ", ".join(f"{k} = {_fmt(v)}" for k, v in measured.items())
             + "".join(
                 f"\n  timed: {k} from {t['low']:.3g} to {t['high']:.3g} over the repeats, "
-                f"shortest window {1e3 * t['window_s']:.3g} ms "
+                f"shortest window {window_text(t['window_s'])} "
                 f"({t['device'] or 'device not named'})"
                 for k, t in timed.items()
             )
