@@ -124,6 +124,10 @@ class DataWaitMeter:
         """The steps after the first `skip` as one timed window (`summary`'s mean step), for a
         claim judged on it: its mean step, and the seconds of the whole window."""
         s = self.summary(skip)
+        if not s["steps"]:
+            raise ValueError(
+                f"DataWaitMeter.timing: no step was timed after the first {skip}: run more steps"
+            )
         return measurement(
             [s["step_s"]], "steps", window=s["wait_s"] + s["compute_s"], device=self.device
         )

@@ -6,9 +6,10 @@ the work, so every clock here synchronises the device before it is read.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
@@ -96,9 +97,15 @@ def measurement(
     """A `Measurement` of seconds timed elsewhere (a launched script's steps, a hand-timed loop),
     so a claim can judge them as it judges `benchmark`'s. `window`: seconds of the shortest timed
     stretch when it is not one of `times` (a per-epoch time scaled from fewer batches)."""
+    if isinstance(times, str | bytes) or not isinstance(times, Iterable):
+        raise TypeError(f"measurement: times must be a list of seconds, got {times!r}")
+    times = list(times)
+    if not times:
+        raise ValueError("measurement: times must be a non-empty list of seconds, got []")
+    for t in times:
+        check_number("times", t, where="measurement", inclusive=True, what="seconds >= 0")
     times = [float(t) for t in times]
-    if not times or min(times) < 0:
-        raise ValueError(f"measurement: times must be a non-empty list of seconds, got {times}")
+    check_number("window", window, where="measurement", allow_none=True)
     q = statistics.quantiles(times, n=4) if len(times) >= 2 else [times[0]] * 3
     kind = torch.device(device).type if device is not None else None  # a label: not checked
     return Measurement(
@@ -119,8 +126,19 @@ class Ratio(float):
     def __new__(
         cls, value: float, low: float, high: float, windows: tuple[tuple[float, str | None], ...]
     ) -> Ratio:
+        for name, x in (("value", value), ("low", low), ("high", high)):
+            check_number(name, x, where="Ratio", low=-math.inf, what="a finite number")
+        low, high = min(low, high), max(low, high)
+        if not low - 1e-9 * abs(low) <= value <= high + 1e-9 * abs(high):
+            raise ValueError(f"Ratio: value {value} must lie in its range, {low} to {high}")
+        windows = tuple(windows) if isinstance(windows, tuple | list) else ()
+        if not windows or not all(isinstance(w, tuple) and len(w) == 2 for w in windows):
+            raise ValueError(
+                "Ratio: windows must be a non-empty tuple of (seconds, device) pairs, one per "
+                "timing behind the ratio"
+            )
         r = super().__new__(cls, value)
-        r.low, r.high, r.windows = min(low, high), max(low, high), tuple(windows)
+        r.low, r.high, r.windows = low, high, windows
         return r
 
     @property
@@ -141,10 +159,18 @@ def ratio(a: Measurement | float | tuple, b: Measurement | float | tuple) -> Rat
     may be a tuple of measurements that add up (a pipeline's stages), or a number: the seconds of
     one timed window (no repeats: no range; the device is not known)."""
     parts = []
-    for side in (a, b):
-        side = side if isinstance(side, tuple) else (side,)
+    for name, side in (("a", a), ("b", b)):
+        side = side if isinstance(side, tuple) and side else (side,)
+        for s in side:
+            if not isinstance(s, Measurement | int | float) or isinstance(s, bool):
+                raise TypeError(
+                    f"ratio: {name} must be a timing.Measurement, seconds, or a tuple of them; "
+                    f"got {s!r}"
+                )
         parts.append([s if isinstance(s, Measurement) else measurement([s]) for s in side])
     (num, den), total = parts, lambda ms, f: sum(f(m) for m in ms)
+    if total(den, lambda m: m.min) <= 0:
+        raise ValueError("ratio: b's times include 0 s: nothing to divide by; time more work")
     median, low, high = (
         total(num, lambda m: m.median) / total(den, lambda m: m.median),
         total(num, lambda m: m.min) / total(den, lambda m: m.max),
