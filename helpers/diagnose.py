@@ -22,6 +22,7 @@ from torch.profiler import ProfilerActivity, profile, schedule
 
 from .checks import check_choice, check_int
 from .devices import as_device, synchronize
+from .timing import Measurement, measurement
 
 # The suite's one rule set for a loop's time (notebooks 03 and 17, the capstone, the doctor),
 # each threshold from the TensorBoard profiler plugin's performance advisor (the plugin is
@@ -123,6 +124,18 @@ class DataWaitMeter:
             "compute_s": compute,
             "wait_fraction": wait / (wait + compute) if wait + compute else 0.0,
         }
+
+    def timing(self, skip: int = 0) -> Measurement:
+        """The steps after the first `skip` as one timed window (`summary`'s mean step), for a
+        claim judged on it: its mean step, and the seconds of the whole window."""
+        s = self.summary(skip)
+        if not s["steps"]:
+            raise ValueError(
+                f"DataWaitMeter.timing: no step was timed after the first {skip}: run more steps"
+            )
+        return measurement(
+            [s["step_s"]], "steps", window=s["wait_s"] + s["compute_s"], device=self.device
+        )
 
     def diagnosis(self, skip: int = 0) -> str:
         """One sentence: is this loop input-bound? (`wait_verdict`)"""

@@ -165,6 +165,9 @@ def test_measure_takes_the_median_of_the_timed_epochs_after_the_warm_up():
     assert r.seconds_per_epoch == pytest.approx(6.0) and r.samples_per_s == pytest.approx(16.0)
     assert r.spread_s == pytest.approx(6.0)  # (3 - 1) s per 32 images, scaled to 96
     assert r.extra["epoch_seconds"] == pytest.approx([3.0, 9.0, 6.0]) and r.busy_fraction is None
+    # its timing, for a claim judged on it: the scaled epochs, and the real window (1 s, not 3 s)
+    assert r.timing.median == r.seconds_per_epoch and r.timing.times == r.extra["epoch_seconds"]
+    assert (r.timing.window, r.timing.device) == (1.0, "cpu")
 
 
 def test_measure_profiles_steady_steps_past_the_loader_prefetch():

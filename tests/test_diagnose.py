@@ -66,6 +66,18 @@ def test_compute_bound_loop_is_diagnosed():
     assert "the time is in the step" in meter.diagnosis()
 
 
+def test_the_steps_as_one_timed_window():
+    """What a claim judged on a meter reads: the mean step, and the whole window's seconds."""
+    meter = DataWaitMeter(range(4), device="cpu")
+    for _ in meter:
+        time.sleep(0.01)
+    t, s = meter.timing(skip=1), meter.summary(skip=1)
+    assert t.median == s["step_s"] and t.window == pytest.approx(3 * s["step_s"])
+    assert t.device == "cpu" and t.window >= 0.03
+    with pytest.raises(ValueError, match="no step was timed after the first 4: run more steps"):
+        meter.timing(skip=4)
+
+
 def test_bad_sync_every():
     with pytest.raises(ValueError, match="sync_every"):
         DataWaitMeter([], sync_every=0)

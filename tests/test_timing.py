@@ -106,3 +106,43 @@ def test_benchmark_keeps_the_thread_count():
     before = torch.get_num_threads()
     benchmark(lambda: seen.append(torch.get_num_threads()), repeats=2, warmup=0)
     assert set(seen) == {before}
+
+
+def test_benchmark_reports_its_window_and_device():
+    """The timed window is `number` calls, not one: what a claim's window floor is checked on."""
+    m = benchmark(lambda: time.sleep(0.002), repeats=3, warmup=0, number=5)
+    assert m.window == pytest.approx(5 * m.min, rel=1e-9) and m.window >= 0.01
+    assert m.max >= m.median >= m.min
+    assert m.device == ("cpu" if timing.accelerator() is None else None)
+    assert benchmark(lambda: None, repeats=2, device="cpu").device == "cpu"
+
+
+def test_a_measurement_of_times_taken_elsewhere():
+    m = timing.measurement([0.3, 0.1, 0.2], "steps", device="cpu")
+    assert (m.median, m.min, m.max, m.window, m.device) == (0.2, 0.1, 0.3, 0.1, "cpu")
+    assert timing.measurement([2.0], window=0.5).window == 0.5  # scaled from a shorter window
+    with pytest.raises(ValueError, match="non-empty list of seconds"):
+        timing.measurement([])
+
+
+def test_a_ratio_carries_its_range_over_the_repeats_and_its_windows():
+    a = timing.measurement([0.30, 0.33, 0.36], "a", device="cpu")
+    b = timing.measurement([0.10, 0.11, 0.12], "b", device="cuda")
+    r = timing.ratio(a, b)
+    assert float(r) == pytest.approx(0.33 / 0.11)
+    assert (r.low, r.high) == (pytest.approx(0.30 / 0.12), pytest.approx(0.36 / 0.10))
+    assert r.windows == ((0.30, "cpu"), (0.10, "cuda")) and r.window == 0.10
+    assert f"{r:.1f}" == "3.0" and 2 * r == pytest.approx(0.66 / 0.11)  # a number as before
+    saved = 1 - timing.ratio(b, a)  # a share of time saved: the range turns over
+    assert (saved.low, saved.high) == (
+        pytest.approx(1 - 0.12 / 0.30),
+        pytest.approx(1 - 0.1 / 0.36),
+    )
+    # stages that add up, and a number: one window of that many seconds
+    s = timing.ratio((a, b), b)
+    assert float(s) == pytest.approx(0.44 / 0.11) and s.low == pytest.approx(0.40 / 0.12)
+    n = timing.ratio(0.004, 0.002)
+    assert (float(n), n.low, n.high, n.windows) == (2.0, 2.0, 2.0, ((0.004, None), (0.002, None)))
+    import copy
+
+    assert copy.deepcopy(r).windows == r.windows

@@ -5,14 +5,20 @@ means the demonstration broke). Thresholds are data (`Rule.limits`): `decide` re
 `Rule.threshold` writes them into the rule's plain words (printed with every outcome), and
 tests/test_claims.py pins each one and probes just either side of it.
 
+A rule judged on timed windows names its timed quantities (`Rule.timed`); given their timing
+(`judge(..., timing=r)`, a `helpers.timing.Ratio`), `judge` alone, for every such rule, turns a
+decided outcome into "inconclusive" when a window is shorter than its device's floor
+(`WINDOW_FLOORS`) or when the ratio's range over the repeats gives two outcomes.
+
     verdict = judge("L3", copy_gain=None)   # -> "needs a GPU"
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 # The claims by id; which notebooks test each is written once, in notebooks/catalog.toml.
 CLAIMS: dict[str, str] = {
@@ -114,6 +120,7 @@ class Rule:
     limits: dict[str, float]  # the thresholds: `decide` reads them, the text prints them
     verdicts: tuple[str, ...]  # every outcome `decide` can return
     decide: Callable[..., str]  # decide(limits, **measured)
+    timed: tuple[str, ...] = ()  # the measured quantities that are ratios of timed windows
 
     @property
     def threshold(self) -> str:
@@ -131,6 +138,7 @@ def rule(
     text: str,
     limits: dict[str, float],
     verdicts: tuple[str, ...],
+    timed: tuple[str, ...] = (),
 ) -> Callable:
     """Register the decorated function as `claim`'s `Rule.decide`; a second rule for one claim
     raises (keeping the first in silence would judge with a rule nobody reads)."""
@@ -138,22 +146,127 @@ def rule(
         raise ValueError(f"rule: claim {claim!r} already has a rule ({RULES[claim].text!r})")
 
     def register(decide: Callable) -> Rule:
-        RULES[claim] = Rule(claim, kind, compares, text, limits, verdicts, decide)
+        RULES[claim] = Rule(claim, kind, compares, text, limits, verdicts, decide, timed)
         return RULES[claim]
 
     return register
 
 
-def judge(claim: str, **measured: Any) -> str:
-    """The outcome for `claim` from the measured quantities its rule names."""
+# The shortest timed window a decided outcome may rest on, by the device whose work it timed, and
+# why: below it the clock, launches and the scheduler, not the work, can decide the ratio. A
+# device not named (a GPU was there, the work may have run on either) gets the largest.
+WINDOW_FLOORS: dict[str, tuple[float, str]] = {
+    "cuda": (
+        1e-3,
+        "a launch and a synchronise cost ~5-20 us each and the host clock read around them "
+        "jitters by tens of us: at 1 ms they stay within a few percent of the window",
+    ),
+    "cpu": (
+        5e-3,
+        "a shared CPU's scheduler hands out time slices of a few ms (Linux CFS: 3-6 ms): one "
+        "preemption inside a shorter window can double it",
+    ),
+    "mps": (
+        5e-3,
+        "a laptop GPU shares the machine with the desktop, its command buffers are committed "
+        "and waited for by the CPU and its clocks ramp: the CPU's floor",
+    ),
+}
+
+
+class Timed(Protocol):
+    """What `judge` reads of a timed ratio (`helpers.timing.Ratio`): no torch import here."""
+
+    low: float
+    high: float
+    windows: tuple[tuple[float, str | None], ...]
+
+
+def judge(claim: str, timing: Timed | tuple | None = None, **measured: Any) -> str:
+    """The outcome for `claim` from the measured quantities its rule names. `timing`: the timing
+    of the rule's timed quantities (`Rule.timed`; a tuple when it has several, None where one was
+    not measured): a decided outcome it cannot support becomes "inconclusive" (`undecided`)."""
     if (r := RULES.get(claim)) is None:
         raise ValueError(f"judge: unknown claim {claim!r}; valid ids are L1 ... L{len(CLAIMS)}")
+    verdict = _decide(r, measured)
+    if timing is None or kind_of(verdict) not in DECIDED:
+        return verdict  # nothing timed given, or nothing decided (a missing GPU, a mechanism)
+    why = undecided(r, timing, measured)
+    return f"inconclusive: {why}" if why else verdict
+
+
+def _decide(r: Rule, measured: dict[str, Any]) -> str:
     try:
         verdict = r.decide(r.limits, **measured)
     except TypeError as e:
-        raise TypeError(f"judge({claim!r}): the rule compares {r.compares}; {e}") from None
-    assert verdict in r.verdicts, f"rule {claim} returned {verdict!r}, not one of its verdicts"
+        raise TypeError(f"judge({r.claim!r}): the rule compares {r.compares}; {e}") from None
+    assert verdict in r.verdicts, f"rule {r.claim} returned {verdict!r}, not one of its verdicts"
     return verdict
+
+
+def floor(device: str | None) -> tuple[float, str]:
+    """The window floor for `device` (`WINDOW_FLOORS`), the largest for one not named."""
+    return WINDOW_FLOORS.get(device or "", max(WINDOW_FLOORS.values()))
+
+
+def undecided(r: Rule, timing: Timed | tuple, measured: dict[str, Any]) -> str:
+    """Why the timed quantities cannot decide `r` (a window below its device's floor; a range
+    over the repeats that gives two outcomes), or "" when they can."""
+    given = timing if isinstance(timing, tuple) else (timing,)
+    if not r.timed or len(given) > len(r.timed):
+        raise TypeError(
+            f"judge({r.claim!r}): timing= is for the rule's timed quantities "
+            f"({', '.join(r.timed) or 'none: it is not judged on timed windows'}), "
+            f"got {len(given)} timing(s)"
+        )
+    timed = {n: t for n, t in zip(r.timed, given, strict=False) if t is not None}
+    for name, t in timed.items():
+        x = measured.get(name)
+        if x is None or not t.low - 1e-9 * abs(t.low) <= x <= t.high + 1e-9 * abs(t.high):
+            raise ValueError(
+                f"judge({r.claim!r}): {name} = {x} is not in its timing's range "
+                f"{t.low:.4g} to {t.high:.4g}: pass the timing {name} was computed from"
+            )
+    for seconds, device in (w for t in timed.values() for w in t.windows):
+        least, _ = floor(device)
+        if seconds < least:
+            return (
+                f"too small to measure here: {window_text(seconds)} per window, below the "
+                f"{window_text(least)} floor ({device or 'device not named'}): "
+                "time more work per window"
+            )
+    ends = [(t.low, t.high) for t in timed.values()]
+    corners = [dict(zip(timed, c, strict=True)) for c in itertools.product(*ends)]
+    if len({_decide(r, {**measured, **c}) for c in corners}) < 2:
+        return ""
+    spans = [f"from {t.low:.3g} to {t.high:.3g} ({n})" for n, t in timed.items()]
+    return (
+        f"the repeats range {' and '.join(spans)}, across the rule's "
+        f"{' and '.join(_crossed(r, timed, measured))}: run it again with more steps"
+    )
+
+
+def _crossed(r: Rule, timed: dict[str, Timed], measured: dict[str, Any]) -> list[str]:
+    """The thresholds inside a timed range where the outcome changes; else where it does."""
+    out: list[str] = []
+    for name, t in timed.items():
+        at = lambda x, name=name: _decide(r, {**measured, name: x})  # noqa: E731
+        for k, v in r.limits.items():
+            eps = abs(v) * 1e-6 or 1e-9
+            if t.low <= v <= t.high and at(v - eps) != at(v + eps) and f"{v:g} ({k})" not in out:
+                out.append(f"{v:g} ({k})")
+        if not out and at(t.low) != at(t.high):  # a threshold computed from the measurements
+            lo, hi = t.low, t.high
+            for _ in range(60):
+                mid = (lo + hi) / 2
+                lo, hi = (mid, hi) if at(mid) == at(t.low) else (lo, mid)
+            out.append(f"threshold ({hi:.3g} here, from the other measurements)")
+    return out or ["thresholds"]
+
+
+def window_text(seconds: float) -> str:
+    """0.8 ms, 5 ms, 120 ms, 1.2 s: a window as a person reads it."""
+    return f"{seconds * 1e3:.2g} ms" if seconds < 0.1 else f"{seconds:.3g} s"
 
 
 def _tiers(x: float, hi: float, lo: float, only: str) -> str:
@@ -176,6 +289,7 @@ V, M = "verdict", "mechanism"
     f"holds only when workers <= usable cores; under {{gain}}x: does not hold here ({NOISE})",
     {"gain": 1.1, "past": 1.1},
     (NOT_HERE, HOLDS, "holds only when workers <= usable cores"),
+    timed=("gain", "past_vs_within"),
 )
 def _l1(t: dict, gain: float, past_vs_within: float | None) -> str:
     if gain < t["gain"]:
@@ -216,6 +330,7 @@ def _l2(t: dict, added_vs_arithmetic: float, added_growth_mb: float) -> str:
     f"large enough to be bandwidth-bound ({NOISE}); else does not hold here",
     {"copy": 2, "some": 1.1},
     (GPU, HOLDS, "holds only when the copy is large enough to be bandwidth-bound", NOT_HERE),
+    timed=("copy_gain",),
 )
 def _l3(t: dict, copy_gain: float | None) -> str:
     return (
@@ -241,6 +356,7 @@ def _l3(t: dict, copy_gain: float | None) -> str:
     "bottleneck); a smaller gain while reading is >= {read}: does not hold here",
     {"gain": 1.2, "read": 0.25},
     (HOLDS, "holds only when reading, not the CPU, is the slow step", NOT_HERE),
+    timed=("in_ram_gain",),
 )
 def _l4(t: dict, in_ram_gain: float, read_share: float) -> str:
     if in_ram_gain >= t["gain"]:
@@ -260,6 +376,7 @@ def _l4(t: dict, in_ram_gain: float, read_share: float) -> str:
     f"preprocessing is a large part of the epoch ({NOISE}); else does not hold here",
     {"gain": 1.5, "some": 1.1},
     (HOLDS, "holds only when the preprocessing is a large part of the epoch", NOT_HERE),
+    timed=("gain",),
 )
 def _l5(t: dict, gain: float) -> str:
     return _tiers(
@@ -285,6 +402,7 @@ def _l5(t: dict, gain: float) -> str:
         "holds only when the training step is fast next to the CPU pipeline",
         NOT_HERE,
     ),
+    timed=("epoch_ratio", "feed_ratio"),
 )
 def _l6(
     t: dict, on_gpu: bool, decodes_on_device: bool, epoch_ratio: float, feed_ratio: float
@@ -358,6 +476,7 @@ def _l9(t: dict, graph_bytes: float, after_backward_bytes: float) -> str:
     "a PCIe/C2C link is 10-100x slower than device memory); else does not hold here",
     {"ratio": 2},
     (GPU, HOLDS, NOT_HERE),
+    timed=("round_trip_vs_on_device",),
 )
 def _l10(t: dict, on_gpu: bool, round_trip_vs_on_device: float | None) -> str:
     r = round_trip_vs_on_device
@@ -371,6 +490,7 @@ def _l10(t: dict, on_gpu: bool, round_trip_vs_on_device: float | None) -> str:
     f"holds when the loop is >= {{slower}}x slower ({NOISE}); else does not hold here",
     {"slower": 1.1},
     (GPU, HOLDS, NOT_HERE),
+    timed=("slowdown",),
 )
 def _l11(t: dict, on_gpu: bool, slowdown: float) -> str:
     return GPU if not on_gpu else HOLDS if slowdown >= t["slower"] else NOT_HERE
@@ -387,6 +507,7 @@ def _l11(t: dict, on_gpu: bool, slowdown: float) -> str:
     "is large enough to be compute-bound; else does not hold here",
     {"speed": 1.2, "memory": 1.3, "loss": 0.05},
     (GPU, HOLDS, "holds only when the model is large enough to be compute-bound", NOT_HERE),
+    timed=("speedup",),
 )
 def _l12(t: dict, on_gpu: bool, speedup: float, memory_ratio: float, loss_gap: float) -> str:
     if not on_gpu:
@@ -408,6 +529,7 @@ def _l12(t: dict, on_gpu: bool, speedup: float, memory_ratio: float, loss_gap: f
     f"'no faster, maybe slower'; {NOISE}); else does not hold here",
     {"ratio": 0.9},
     (GPU, HOLDS, NOT_HERE),
+    timed=("gpu_vs_cpu_time",),
 )
 def _l13(t: dict, on_gpu: bool, gpu_vs_cpu_time: float | None) -> str:
     r = gpu_vs_cpu_time
@@ -445,6 +567,7 @@ def _l14(
     "the article's ~20 % on 4 GPUs); else does not hold here",
     {"less": 0.1},
     (GPUS2, HOLDS, NOT_HERE),
+    timed=("less_time",),
 )
 def _l15(t: dict, gpus: int, less_time: float | None) -> str:
     return GPUS2 if gpus < 2 or less_time is None else HOLDS if less_time >= t["less"] else NOT_HERE
@@ -477,6 +600,7 @@ def _l16(t: dict, prefix_load_failed: bool) -> str:
     "tolerance); else does not hold here (the activations handed over cost too little to see)",
     {"handoff": 0.02},
     (HOLDS, NOT_HERE),
+    timed=("handoff_share",),
 )
 def _l17(t: dict, handoff_share: float) -> str:
     return HOLDS if handoff_share >= t["handoff"] else NOT_HERE
@@ -538,6 +662,7 @@ def _l19(t: dict, odd_world_finished: bool, even_world_finished: bool) -> str:
     "the loop runs over many elements (stated tolerance); else does not hold here",
     {"ratio": 50, "some": 5},
     (HOLDS, "holds only when the loop runs over many elements", NOT_HERE),
+    timed=("ratio",),
 )
 def _l20(t: dict, ratio: float) -> str:
     return _tiers(ratio, t["ratio"], t["some"], "holds only when the loop runs over many elements")
@@ -573,6 +698,7 @@ def _l21(
     "run (not decided, so not counted as a verdict)",
     {"margin": 1},
     (REFERENCE, HOLDS, NOT_HERE),
+    timed=("code_gain",),
 )
 def _l22(t: dict, code_gain: float, hardware_gain: float | None) -> str:
     if hardware_gain is None:

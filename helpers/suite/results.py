@@ -22,7 +22,7 @@ from typing import Any
 
 from .. import paths
 from ..profiles import PROFILES, Profile
-from .claims import DECIDED, RULES, judge, kind_of
+from .claims import DECIDED, RULES, judge, kind_of, window_text
 
 
 class Recorder:
@@ -107,14 +107,19 @@ class Recorder:
             r = f"  ({ratio:.2f}x {note})" if ratio is not None else (f"  ({note})" if note else "")
             print(f"[measured] {name}: {value:.4g} {unit}{r}")
 
-    def judge(self, claim: str, *, figure: str, detail: str = "", **measured: Any) -> str:
+    def judge(
+        self, claim: str, *, figure: str, detail: str = "", timing: Any = None, **measured: Any
+    ) -> str:
         """The outcome of `claim`'s rule (`claims.judge`) on the `measured` quantities, recorded and
-        printed with the rule in plain words and its thresholds beside the figure behind it."""
+        printed with the rule in plain words and its thresholds beside the figure behind it.
+        `timing`: the `timing.Ratio` (a tuple: one per `Rule.timed`) a timed quantity came from,
+        so a window too short or a range across a threshold gives "inconclusive"."""
         if not isinstance(figure, str) or not figure:
             raise ValueError(
                 f"judge {claim}: figure must be the measured figure behind it, got {figure!r}"
             )
-        verdict, r = judge(claim, **measured), RULES[claim]
+        verdict, r = judge(claim, timing, **measured), RULES[claim]
+        timed = _timed(r.timed, timing)
         synthetic = any(s["synthetic"] for s in self.data["data_sources"].values())
         entry = {
             "claim": claim,
@@ -125,6 +130,7 @@ class Recorder:
             "synthetic_data": synthetic,
             "rule": r.threshold,
             "measured": measured,
+            "timing": timed,
         }
         self.data["verdicts"] = [v for v in self.data["verdicts"] if v["claim"] != claim] + [entry]
         self.save()
@@ -146,6 +152,12 @@ class Recorder:
             )
             + f"\n  rule: {r.threshold}\n  measured: "
             + ", ".join(f"{k} = {_fmt(v)}" for k, v in measured.items())
+            + "".join(
+                f"\n  timed: {k} from {t['low']:.3g} to {t['high']:.3g} over the repeats, "
+                f"shortest window {window_text(t['window_s'])} "
+                f"({t['device'] or 'device not named'})"
+                for k, t in timed.items()
+            )
         )
         return verdict
 
@@ -171,6 +183,22 @@ class Recorder:
         self.data["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         # standard JSON only (no NaN/Infinity), written under a temporary name then renamed
         paths.write_atomic(self.path, json.dumps(self.data, indent=1, default=str, allow_nan=False))
+
+
+def _timed(names: tuple[str, ...], timing: Any) -> dict[str, dict[str, Any]]:
+    """What the verdict's timing was, for the results file: per timed quantity, its range over
+    the repeats and its shortest window with the device that ran it."""
+    given = timing if isinstance(timing, tuple) else (timing,)
+    return {
+        name: {
+            "low": t.low,
+            "high": t.high,
+            "window_s": (w := min(t.windows, key=lambda w: w[0]))[0],
+            "device": w[1],
+        }
+        for name, t in zip(names, given, strict=False)
+        if t is not None
+    }
 
 
 def _fmt(v: Any) -> str:
