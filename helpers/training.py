@@ -23,7 +23,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 import torch
 import torch.serialization as ser
@@ -91,16 +91,26 @@ def _schedule(opt: torch.optim.Optimizer, name: str, lr: float, total: int | Non
     return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=total)
 
 
-def _run(
+class PassResult(NamedTuple):
+    """What one pass over the data gives (`_one_pass`)."""
+
+    loss: float  # mean cross-entropy per sample
+    accuracy: float
+    samples: int
+    steps: int
+    last_lr: float  # nan when nothing was trained
+
+
+def _one_pass(
     net: nn.Module,
     pairs: Iterator,
     dev: torch.device,
     opt: torch.optim.Optimizer | None = None,
     sched: Any = None,
     bar: Any = None,
-) -> tuple[float, float, int, int, float]:
-    """One pass, training when `opt` is given: (loss, accuracy, samples, steps, last lr). The
-    sums stay on the device and are read once, at the end."""
+) -> PassResult:
+    """One pass, training when `opt` is given. The sums stay on the device and are read once,
+    at the end."""
     sum_dtype = torch.float32 if dev.type == "mps" else torch.float64  # MPS has no float64
     loss_sum = torch.zeros((), device=dev, dtype=sum_dtype)
     correct = torch.zeros((), device=dev, dtype=torch.int64)
@@ -122,7 +132,9 @@ def _run(
             loss_sum += loss.detach().to(sum_dtype) * len(y)
             correct += (out.detach().argmax(dim=1) == y).sum()
     devices.synchronize(dev)
-    return loss_sum.item() / samples, correct.item() / samples, samples, steps, float(lr)
+    return PassResult(
+        loss_sum.item() / samples, correct.item() / samples, samples, steps, float(lr)
+    )
 
 
 def evaluate(
@@ -133,12 +145,10 @@ def evaluate(
     was_training = net.training
     net.eval()
     try:
-        loss, accuracy, n, _, _ = _run(
-            net, _pairs(data_iter, None, dev, "evaluate: data_iter"), dev
-        )
+        result = _one_pass(net, _pairs(data_iter, None, dev, "evaluate: data_iter"), dev)
     finally:
         net.train(was_training)
-    return {"loss": loss, "accuracy": accuracy, "samples": n}
+    return {"loss": result.loss, "accuracy": result.accuracy, "samples": result.samples}
 
 
 def train(
@@ -182,12 +192,11 @@ def train(
         for epoch in range(1, num_epochs + 1):
             devices.synchronize(dev)
             t0 = time.perf_counter()
-            loss, acc, n, steps, last_lr = _run(
-                net, _pairs(train_iter, steps_per_epoch, dev), dev, opt, sched, bar
-            )
+            r = _one_pass(net, _pairs(train_iter, steps_per_epoch, dev), dev, opt, sched, bar)
             s = time.perf_counter() - t0
+            per_s = r.samples / s if s > 0 else float("inf")
             hist.append(
-                EpochStats(epoch, loss, acc, n, s, n / s if s > 0 else float("inf"), steps, last_lr)
+                EpochStats(epoch, r.loss, r.accuracy, r.samples, s, per_s, r.steps, r.last_lr)
             )
     return hist
 
