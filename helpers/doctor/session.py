@@ -53,6 +53,10 @@ class Window:
     t0: float = 0.0
     t1: float = 0.0
     entered: bool = False  # its instrument started (possibly before any of its steps)
+    warmup: bool = False  # a what-if's untimed steps with the change made: no trial result
+
+
+MEASURING = ("warmup", "timed", "profiled", "counted")  # the windows every session runs first
 
 
 class Session:
@@ -87,6 +91,15 @@ class Session:
         self.prof = self.counter = self.flops = None
         self.workers_seen, self.mem_peak, self.rates = 0, 0.0, None
         self.other_steps: dict[str, int] = {}  # steps of optimizers other than the first
+
+    def named_window(self, name: str) -> Window:
+        """One of the MEASURING windows, by name (complete or not: see `named`)."""
+        return next(w for w in self.windows[: len(MEASURING)] if w.name == name)
+
+    @property
+    def trial_windows(self) -> list[Window]:
+        """The what-ifs' windows, planned after the counted window."""
+        return self.windows[len(MEASURING) :]
 
     @property
     def window(self) -> Window | None:
@@ -138,13 +151,13 @@ class Session:
     @property
     def trial_length(self) -> int:
         """Steps a what-if's timed window takes."""
-        return self.trial_steps or self.windows[1].steps
+        return self.trial_steps or self.named_window("timed").steps
 
     def _cover_workers(self) -> None:
         """Longer warm-up for the workers' start; in a run bounded in steps (no `seconds`) the
         timed window gives those steps up, so that the run keeps its length."""
         k = len(psutil.Process().children()) if self.workers is None else self.workers
-        warmup, timed = self.windows[0], self.windows[1]
+        warmup, timed = self.named_window("warmup"), self.named_window("timed")
         warmup.steps += WARMUP_PER_WORKER * k
         if not self.seconds:
             timed.steps -= min(WARMUP_PER_WORKER * k, max(0, timed.steps - 3))
@@ -179,7 +192,7 @@ class Session:
     ) -> list[Window]:
         """A what-if: `warmup` steps with the change made (not timed), then the timed steps."""
         return [
-            Window(f"{name}:warmup", warmup, enter),
+            Window(f"{name}:warmup", warmup, enter, warmup=True),
             Window(name, self.trial_length, None, exit, batch=batch, seconds=self.seconds),
         ]
 
@@ -243,7 +256,7 @@ class Session:
         if timed is None:
             raise RuntimeError(
                 f"the doctor saw {self.steps} optimizer steps; it needs "
-                f"{sum(w.steps for w in self.windows[:2])} for a timing"
+                f"{sum(self.named_window(n).steps for n in MEASURING[:2])} for a timing"
             )
         from . import profiled
 
@@ -258,14 +271,14 @@ class Session:
             threads=torch.get_num_threads(),
             workers=self.workers_seen if workers is None else workers,
             cores=processes.usable_cores(),
-            steps_needed=sum(w.steps for w in self.windows[:4]),
+            steps_needed=sum(self.named_window(n).steps for n in MEASURING),
         )
         m.step_counting = self.step_counting()
         if loader is not None:  # the in-notebook form timed next() itself, in the timed window
             m.wait_s = statistics.median(timed.waits)
         profiled.read(self, m)
-        for w in self.windows[4:]:
-            if ":" not in w.name and w.t1:
+        for w in self.trial_windows:
+            if not w.warmup and w.t1:
                 step = (w.t1 - w.t0) / len(w.times)  # a speed: the mean, as throughput_step_s
                 m.trials[w.name] = Trial(w.name, (w.batch or batch_size or 0) / step, step)
         return m
