@@ -90,3 +90,48 @@ def test_measured_seconds_come_from_committed_runs():
         if m["profile"] == "gpu":  # the default GPU run keeps to its budget
             budget = "budget_seconds_h100" if "H100" in m["run"] else "budget_seconds_t4"
             assert m["seconds"] <= CATALOG[name][budget], (name, m)
+
+
+# Words of a prerequisite's topic that say nothing about which notebook it is.
+_FILLER = {"and", "the", "its", "how", "for", "with", "why", "what", "helps", "needs", "this"}
+
+
+def _introduction(file: str) -> str:
+    """A notebook's title cell: its title and what it teaches."""
+    return "".join(json.loads((NOTEBOOKS / file).read_text())["cells"][0]["source"])
+
+
+def prerequisite_problems(markdown: str, number: str) -> list[str]:
+    """Each notebook a "**Prerequisites:**" line names as `NN (topic)` must come before `number`
+    and share a word of its topic with that notebook's title, file name or introduction: a
+    renumbering once left "01 (data)" pointing at the unit on bottlenecks."""
+    line = markdown.split("**Prerequisites:**", 1)[1].split("**", 1)[0]
+    found = []
+    for nn, topic in re.findall(r"\b(\d\d[a-z]?) \(([^)]*)\)", line.replace("\n", " ")):
+        entry = next((e for e in CATALOG.values() if catalog.number(e["file"]) == nn), None)
+        if entry is None or not catalog.number(entry["file"]) < number:
+            found.append(f"{nn} is not a notebook before {number}")
+            continue
+        names = f"{entry['title']} {entry['file']} {_introduction(entry['file'])}".lower()
+        words = {w for w in re.findall(r"[a-z0-9]{3,}", topic.lower()) if w not in _FILLER}
+        if not any(w[:5] in names for w in words):
+            found.append(f"{nn} ({topic}) is not what {entry['file']} teaches")
+    return found
+
+
+@pytest.mark.parametrize("name", ON_DISK)
+def test_prerequisites_name_the_notebooks_they_mean(name):
+    cells = json.loads((NOTEBOOKS / name).read_text())["cells"]
+    text = next("".join(c["source"]) for c in cells if "**Prerequisites:**" in "".join(c["source"]))
+    assert prerequisite_problems(text, catalog.number(name)) == []
+
+
+def test_a_renumbered_prerequisite_is_found():
+    assert prerequisite_problems("**Prerequisites:** notebooks 00 (timing), 02 (data).", "06") == []
+    assert prerequisite_problems("**Prerequisites:** notebooks 01 (data).", "06") == [
+        "01 (data) is not what 01_why_is_it_slow.ipynb teaches"
+    ]
+    assert prerequisite_problems("**Prerequisites:** 02 (pipeline stages).", "12") != []
+    assert prerequisite_problems("**Prerequisites:** 14 (ranks).", "12") == [
+        "14 is not a notebook before 12"
+    ]
