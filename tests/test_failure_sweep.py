@@ -483,14 +483,14 @@ CASES = [
         [1, 2],
     ),
     case(
-        data.diagnose,
+        data.damaged_file,
         ValueError,
         r"unknown data set 'mnist': valid names are fashion-mnist, cifar10",
         "mnist",
         ".",
     ),
     case(
-        data.diagnose,
+        data.damaged_file,
         TypeError,
         r"root must be a folder path \(str or Path\) or None; got int",
         "cifar10",
@@ -1459,7 +1459,7 @@ def test_intact_synthetic_folder_still_loads(data_root):
     """The diagnosis is only an error path: whole files load as before."""
     _fashion(data_root / "synthetic")
     assert len(data.fashion_mnist(train=True)) == 64
-    assert data.diagnose("fashion-mnist", data_root / "synthetic", synthetic_copy=True) is None
+    assert data.damaged_file("fashion-mnist", data_root / "synthetic", synthetic_copy=True) is None
 
 
 # --- 3. interrupted runs leave no worker processes ---------------------------------------------
