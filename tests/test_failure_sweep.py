@@ -806,6 +806,31 @@ CASES = [
         r"wait_verdict: wait_fraction must be a fraction in \[0, 1\], got 1.5",
         1.5,
     ),
+    case(
+        diagnose.bottleneck,
+        ValueError,
+        r"bottleneck: busy must be a share in \[0, 1\] or None, got 1.5",
+        busy=1.5,
+    ),
+    case(
+        diagnose.bottleneck,
+        ValueError,
+        r"bottleneck: data_wait must be a share in \[0, 1\] or None, got -0.1",
+        data_wait=-0.1,
+    ),
+    case(
+        diagnose.bottleneck,
+        ValueError,
+        r"bottleneck: rate must be a finite number >= 0 or None, got nan",
+        rate=float("nan"),
+    ),
+    case(
+        diagnose.busy_fraction,
+        ValueError,
+        r"busy_fraction: wall_s must be a positive finite number, got 0",
+        0.1,
+        0,
+    ),
     # --- suite -----------------------------------------------------------------------------
     case(
         runner.main,
@@ -1201,6 +1226,9 @@ NO_BAD_INPUT = {
     "catalog.main",
     "data.to_unit_float",
     "runner.HeadlessOutputWidget",  # made by nbclient, from the kernel's own messages
+    "diagnose.Threshold",  # records the module builds: bottleneck's lines and its answer
+    "diagnose.Verdict",
+    "diagnose.loader_wait_seconds",  # reads a profile StepWindow or the doctor recorded
 }  # a batch function: TensorBatches checks the batches
 
 
