@@ -2,6 +2,7 @@
 `StepWindow` profiles the steps it is told to and says how busy they were, and `bottleneck`,
 the suite's one classifier, names what bounds a loop from its shares of the step."""
 
+import json
 import time
 
 import pytest
@@ -102,8 +103,13 @@ def test_wait_verdict_either_side_of_its_threshold(wait):
 def test_the_doctor_and_the_notebooks_share_one_rule_set():
     from helpers.doctor import rules
 
-    assert rules.INPUT_WAIT_SHARE is diagnose.INPUT_WAIT_SHARE
-    assert rules.LOW_BUSY is diagnose.DEVICE_BUSY
+    for name in ("INPUT_WAIT_SHARE", "COPY_WAIT_SHARE", "SYNC_STALL_SHARE", "OVERHEAD_SHARE"):
+        assert getattr(rules, name) is getattr(diagnose, name)
+    schema = json.loads(rules.SCHEMA_FILE.read_text())["$defs"]
+    assert schema["verdict"]["properties"]["kind"]["enum"] == list(diagnose.VERDICTS)
+    finding_kinds = set(schema["finding"]["properties"]["kind"]["enum"])
+    assert set(diagnose.VERDICTS) - {"inconclusive"} <= finding_kinds == set(rules.NOTEBOOKS)
+    assert "compute-bound" not in finding_kinds | set(diagnose.VERDICTS)
 
 
 # --- the one classifier: every verdict, from shares just either side of each threshold ----------
