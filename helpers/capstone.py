@@ -143,6 +143,8 @@ class StepResult:
     note: str = ""
     spread_s: float | None = None  # max - min of the timed epochs (seconds per full epoch)
     extra: dict[str, Any] = field(default_factory=dict)
+    # the profiled steps' time in DataLoader `__next__`; None: no DataLoader (or no profile)
+    wait_fraction: float | None = None
 
 
 # train(net, recipe, num_epochs, max_batches=None, on_step=None)
@@ -165,7 +167,8 @@ def measure(
     """Time `train` on `recipe`: an untimed warm-up epoch (worker start-up, compiling, graph
     recording), then `epochs` timed ones of at most `max_batches` batches, their median scaled
     to `n_train` images. Then `busy_steps` steady steps of one more epoch, past the loader's
-    prefetch, run under the profiler (`diagnose.StepWindow`)."""
+    prefetch, run under the profiler (`diagnose.StepWindow`): the device's busy share and the
+    time in a DataLoader's `__next__`, what `diagnose.bottleneck` labels the bar by."""
     dev = devices.as_device(device)
     check_int("epochs", epochs, 1, where="measure")
     check_int("busy_steps", busy_steps, 0, where="measure")
@@ -198,6 +201,7 @@ def measure(
         note=recipe.note,
         spread_s=max(per_epoch) - min(per_epoch),
         extra=extra,
+        wait_fraction=window.wait_fraction if window is not None else None,
     )
 
 

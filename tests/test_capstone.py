@@ -165,6 +165,7 @@ def test_measure_takes_the_median_of_the_timed_epochs_after_the_warm_up():
     assert r.seconds_per_epoch == pytest.approx(6.0) and r.samples_per_s == pytest.approx(16.0)
     assert r.spread_s == pytest.approx(6.0)  # (3 - 1) s per 32 images, scaled to 96
     assert r.extra["epoch_seconds"] == pytest.approx([3.0, 9.0, 6.0]) and r.busy_fraction is None
+    assert r.wait_fraction is None  # nothing profiled
 
 
 def test_measure_profiles_steady_steps_past_the_loader_prefetch():
@@ -180,6 +181,7 @@ def test_measure_profiles_steady_steps_past_the_loader_prefetch():
     )
     # 12 batches per epoch on a CPU: 1 unprofiled warm-up step, then the 5 profiled ones
     assert calls[1] == ("m", 1, 6) and 0 < r.busy_fraction <= 1
+    assert r.wait_fraction is None  # batches not from a DataLoader: no data wait to read
     ref = capstone.measure(
         capstone.Recipe("ref", batch_size=8),
         fake_train([1.0, 1.0], calls),

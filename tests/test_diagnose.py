@@ -2,9 +2,12 @@
 `StepWindow` profiles the steps it is told to and says how busy they were, and `bottleneck`,
 the suite's one classifier, names what bounds a loop from its shares of the step."""
 
+import ast
 import json
 import time
+from pathlib import Path
 
+import nbformat
 import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -205,3 +208,98 @@ def test_step_window_reads_the_data_wait_of_a_dataloader():
     plain = diagnose.StepWindow(device="cpu", warmup=1, steps=2)
     _loop(plain, plain.stop_after)
     assert plain.finish().wait_fraction is None  # batches not from a DataLoader: not measured
+
+
+# --- one classifier: the notebooks call it and keep no thresholds of their own -------------------
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+HELPERS = Path(__file__).resolve().parents[1] / "helpers"
+THRESHOLD_NAMES = {
+    name
+    for name, value in vars(diagnose).items()
+    if name.isupper() and isinstance(value, float) and value in {t.at for t in diagnose.THRESHOLDS}
+}
+
+
+def _code(notebook: str) -> ast.Module:
+    nb = nbformat.read(NOTEBOOKS / notebook, as_version=4)
+    return ast.parse("\n\n".join(_python(c.source) for c in nb.cells if c.cell_type == "code"))
+
+
+def _python(source: str) -> str:
+    return "\n".join(ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!")))
+
+
+def _names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} | {
+        n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)
+    }
+
+
+@pytest.mark.parametrize("notebook", ["17_profiling.ipynb", "18_capstone.ipynb"])
+def test_notebooks_17_and_18_call_the_classifier_and_hold_no_thresholds(notebook):
+    tree = _code(notebook)
+    calls = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and n.func.attr == "bottleneck"
+        and isinstance(n.func.value, ast.Name)
+        and n.func.value.id == "diagnose"
+    ]
+    assert calls, f"{notebook} names no loop by diagnose.bottleneck"
+    assert not THRESHOLD_NAMES & _names(tree), "a threshold copied into the notebook"
+    for n in ast.walk(tree):  # no share compared with a number of the notebook's own
+        if isinstance(n, ast.Compare) and not all(isinstance(o, ast.Is | ast.IsNot) for o in n.ops):
+            words = {w for name in _names(n) for w in name.lower().split("_")}
+            assert not words & {"busy", "wait"}, f"{notebook}: {ast.unparse(n)}"
+
+
+def test_one_loop_classifier_in_helpers_and_notebooks():
+    """`grep "def diagnose\\|bound_by\\|def regime"`: none left; the one classifier is
+    diagnose.bottleneck (notebook 01's `op_regime` names single operations on a roofline)."""
+    found = []
+    for path in [*HELPERS.rglob("*.py"), *NOTEBOOKS.glob("*.ipynb")]:
+        text = path.read_text()
+        found += [
+            f"{path.name}: {w}" for w in ("def diagnose", "bound_by", "def regime") if w in text
+        ]
+    assert found == []
+    defs = [
+        n.name
+        for path in HELPERS.rglob("*.py")
+        for n in ast.walk(ast.parse(path.read_text()))
+        if isinstance(n, ast.FunctionDef) and n.name == "bottleneck"
+    ]
+    assert defs == ["bottleneck"]
+
+
+def test_profiler_activities_ask_for_the_gpu_kernels_where_torch_profiler_records_them():
+    from torch.profiler import ProfilerActivity as A
+
+    assert diagnose.profiler_activities("cpu") == [A.CPU]
+    assert diagnose.profiler_activities("cuda") == [A.CPU, A.CUDA]
+    assert diagnose.profiler_activities("xpu") == [A.CPU, A.XPU]
+    assert diagnose.profiler_activities("mps") == [A.CPU]  # no MPS activity exists
+
+
+def test_busy_counts_kernels_overlapping_on_two_streams_once_and_averages_the_gpus():
+    """The one busy formula: covered time per GPU, not the sum of kernel spans."""
+    from types import SimpleNamespace as NS
+
+    cuda = torch.autograd.DeviceType.CUDA
+
+    def kernel(gpu, start, end, label=False):
+        span = NS(start=start, end=end)
+        return NS(device_type=cuda, device_index=gpu, time_range=span, is_user_annotation=label)
+
+    prof = NS(
+        events=lambda: [
+            kernel(0, 0, 600_000),
+            kernel(0, 400_000, 1_000_000),  # another stream, overlapping the first by 0.2 s
+            kernel(0, 0, 5_000_000, label=True),  # a record_function label: not work
+            kernel(1, 0, 200_000),
+        ]
+    )
+    assert diagnose.busy_seconds(prof, "cuda") == pytest.approx((1.0 + 0.2) / 2)
