@@ -93,6 +93,7 @@ def table(rows: list[dict]) -> str:
         "samples/s",
         "x ref",
         "busy %",
+        "bound",
         "% of measured matmul",
         "% of peak",
         "note",
@@ -115,6 +116,7 @@ def table(rows: list[dict]) -> str:
                     f(r["samples_per_s"], ".0f"),
                     f(r["ratio"], ".2f"),
                     f(r["busy_pct"], ".0f"),
+                    r["bound"] or "-",
                     f(r["ceiling_pct"], ".1f"),
                     f(r["peak_pct"], ".1f")
                     + (f" of {r['peak_precision']}" if r["peak_pct"] is not None else ""),
@@ -137,6 +139,7 @@ def bench_rows(recorded: dict) -> list[dict]:
             "samples_per_s": r["samples/s"],
             "ratio": r["x reference"],
             "busy_pct": r["device busy %"],
+            "bound": r.get("bound"),  # diagnose.bottleneck's verdict (absent in older runs)
             "ceiling_pct": r.get("% of measured matmul"),
             "peak_pct": r["% of peak"],
             "peak_precision": r["peak precision"],
@@ -214,6 +217,7 @@ def save(recorded: dict, rows: list[dict], text: str, a: argparse.Namespace) -> 
                     quiet=True,
                     kept=row["kept"],
                     busy_pct=row["busy_pct"],
+                    bound=row["bound"],
                     peak_pct=row["peak_pct"],
                     peak_precision=row["peak_precision"],
                     samples_per_s=row["samples_per_s"],

@@ -19,7 +19,8 @@ training
 timing
   timing          `Timer` and `benchmark`: warm-up, repeats, median, device synchronised
   profiles        the smoke and full sizes of every notebook
-  diagnose        is the loop waiting for data? (the one input-bound rule); `StepWindow`:
+  diagnose        where a loop's time goes (waiting for data, the device busy) and
+                  `bottleneck`, the one classifier of what bounds it; `StepWindow`:
                   torch.profiler over a window of a running loop's steps
 plotting
   plotting        bars labelled with ratios, a waterfall, one_at_a_time for explore callbacks
@@ -50,7 +51,7 @@ helpers.doctor: the bottleneck doctor, a product of its own (`doctor.watch(loade
   session         the engine: the first optimizer's steps, measured window after window
   counting        the dispatch-level counter: ops, syncs, the hot ops' dtypes
   profiled        reading the windows (torch.profiler, the counter) and this machine's rates
-  rules           thresholds with their sources, findings ranked by share of step time
+  rules           findings ranked by share of step time; the verdict by `diagnose.bottleneck`
   watcher         the in-notebook form, `watch(loader)`, and its measured what-ifs
   text            the diagnosis in words
   cli             the shell form: a script run unmodified, stopped, and cleaned up

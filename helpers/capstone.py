@@ -145,6 +145,8 @@ class StepResult:
     extra: dict[str, Any] = field(default_factory=dict)
     # the timed epochs (per full epoch) and their real window, for a claim judged on them (L22)
     timing: timing.Measurement | None = None
+    # the profiled steps' time in DataLoader `__next__`; None: no DataLoader (or no profile)
+    wait_fraction: float | None = None
 
 
 # train(net, recipe, num_epochs, max_batches=None, on_step=None)
@@ -167,7 +169,8 @@ def measure(
     """Time `train` on `recipe`: an untimed warm-up epoch (worker start-up, compiling, graph
     recording), then `epochs` timed ones of at most `max_batches` batches, their median scaled
     to `n_train` images. Then `busy_steps` steady steps of one more epoch, past the loader's
-    prefetch, run under the profiler (`diagnose.StepWindow`)."""
+    prefetch, run under the profiler (`diagnose.StepWindow`): the device's busy share and the
+    time in a DataLoader's `__next__`, what `diagnose.bottleneck` labels the bar by."""
     dev = devices.as_device(device)
     check_int("epochs", epochs, 1, where="measure")
     check_int("busy_steps", busy_steps, 0, where="measure")
@@ -202,6 +205,7 @@ def measure(
         spread_s=max(per_epoch) - min(per_epoch),
         extra=extra,
         timing=timed,
+        wait_fraction=window.wait_fraction if window is not None else None,
     )
 
 

@@ -99,7 +99,7 @@ def _idx_problem(path: Path) -> str | None:
     return None
 
 
-def diagnose(name: str, root: str | Path, *, synthetic_copy: bool = False) -> str | None:
+def damaged_file(name: str, root: str | Path, *, synthetic_copy: bool = False) -> str | None:
     """The first file of data set `name` under `root` that is missing, empty, truncated or
     corrupt, as 'PATH is ...'; None when all look whole. Reads whole files (md5), so `load`
     calls it only after torchvision refused the data set."""
@@ -135,7 +135,7 @@ def _open(name: str, root: Path, make: Callable[[], Dataset], *, synthetic_copy:
     try:
         return make()
     except Exception as e:
-        problem = diagnose(name, root, synthetic_copy=synthetic_copy)
+        problem = damaged_file(name, root, synthetic_copy=synthetic_copy)
         if problem is None:
             raise
         fix = (

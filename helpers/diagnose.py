@@ -1,34 +1,41 @@
-"""Where does a running loop's time go? Waiting for data, and how busy the device is.
+"""Where does a running loop's time go, and what bounds it? The suite's one classifier.
 
     meter = DataWaitMeter(loader, device=device)
     for X, y in meter:
         train_step(X, y)
     meter.summary(skip=1)   # {'wait_s', 'compute_s', 'wait_fraction', ...} past worker start-up
-    meter.diagnosis()       # in words, by `wait_verdict`: the one input-bound rule
+    meter.diagnosis()       # in words, by `wait_verdict`: the input-bound rule alone
+    bottleneck(data_wait=0.01, busy=0.9).kind   # 'device-bound': one verdict from the shares
 
 A step is timed up to the next `next()`, after a device sync, so queued GPU work is charged to
 the step, not the data (`sync_every=k`: fewer stalls, the totals stay right). `StepWindow` is
 notebook 17's profiler schedule as a per-step hook, for the loops notebook 18 writes in its cells.
+`bottleneck` names what bounds a loop from its measured shares of the step, for notebook 17,
+the capstone and the doctor alike; its thresholds live here, each with its source.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from .checks import check_choice, check_int
+from .checks import check_choice, check_int, check_number
 from .devices import as_device, synchronize
 from .timing import Measurement, measurement
 
-# The suite's one rule set for a loop's time (notebooks 03 and 17, the capstone, the doctor),
-# each threshold from the TensorBoard profiler plugin's performance advisor (the plugin is
-# retired, its rules kept): "DataLoader time > 5 % of the step" -> more workers; "GPU
-# utilisation < 50 %" -> a bigger batch (RunProfileData.analyze in
-# https://github.com/pytorch/kineto/blob/0346c492c60257b37ba198613de64dfe5e574c96/tb_plugin/torch_tb_profiler/profiler/data.py).
+# The suite's one rule set for a loop's time (notebooks 03, 17 and 18, the doctor): each
+# threshold below, and in THRESHOLDS with its source. Two are the TensorBoard profiler plugin's
+# performance advisor's (the plugin is retired, its rules kept): "DataLoader time > 5 % of the
+# step" -> more workers; "GPU utilisation < 50 %" -> a bigger batch (RunProfileData.analyze).
+ADVISOR = (
+    "https://github.com/pytorch/kineto/blob/0346c492c60257b37ba198613de64dfe5e574c96/"
+    "tb_plugin/torch_tb_profiler/profiler/data.py"
+)
 INPUT_WAIT_SHARE = 0.05  # waiting for data at least this share of the step: input-bound
 # The device busy at least DEVICE_BUSY of the step: device-bound, the device (not the host) is the
 # limit. Busy time counts memory-bound kernels too: whether the kernels are limited by arithmetic
@@ -36,6 +43,177 @@ INPUT_WAIT_SHARE = 0.05  # waiting for data at least this share of the step: inp
 # https://docs.pytorch.org/docs/stable/profiler.html,
 # https://docs.nvidia.com/deeplearning/performance/dl-performance-gpu-background/index.html).
 DEVICE_BUSY = 0.50
+# The host waiting for the device: a read (.item(), a data-dependent shape), or a copy to the
+# device that waits (pageable memory, non_blocking=False).
+SYNC_STALL_SHARE = 0.05
+COPY_WAIT_SHARE = 0.05
+# The ops a step dispatches times this machine's measured cost per op (the doctor measures both).
+OVERHEAD_SHARE = 0.30
+# A busy device's arithmetic rate over its measured ceiling (a large matmul's rate on this
+# device, never above the datasheet's peak): near its ceiling from here.
+NEAR_CEILING = 0.50
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """One line of `bottleneck`'s rule: a `share` of the step at or above `at` names `kind`."""
+
+    share: str
+    at: float
+    kind: str
+    words: str  # what the share is, in words
+    source: str  # where `at` comes from
+
+
+# In the order `bottleneck` reads them: the host's waits first (the largest one at or over its
+# line names the loop; a tie goes to the first), then the device.
+HOST_WAITS = (
+    Threshold(
+        "data_wait",
+        INPUT_WAIT_SHARE,
+        "input-bound",
+        "waiting for data",
+        f"the TensorBoard profiler advisor: DataLoader time > 5 % of the step ({ADVISOR})",
+    ),
+    Threshold(
+        "copy",
+        COPY_WAIT_SHARE,
+        "copy-bound",
+        "waiting for copies to the device",
+        "the advisor's 5 % for the data wait, applied to the host's measured wait for copies",
+    ),
+    Threshold(
+        "sync",
+        SYNC_STALL_SHARE,
+        "sync-bound",
+        "waiting for the device (syncs)",
+        "the advisor's 5 % for the data wait, applied to the host's measured wait for syncs",
+    ),
+    Threshold(
+        "overhead",
+        OVERHEAD_SHARE,
+        "overhead-bound",
+        "dispatching ops",
+        "measured by the doctor on the 2-core CPU: notebook 19's 1024-wide MLP < 1 %, its 40 "
+        "tiny Linear layers 95-130 %; from 30 %, a bigger batch or fusion saves the overhead",
+    ),
+)
+BUSY = Threshold(
+    "busy",
+    DEVICE_BUSY,
+    "device-bound",
+    "device busy",
+    f"the TensorBoard profiler advisor: GPU utilisation < 50 % -> a bigger batch ({ADVISOR})",
+)
+CEILING = Threshold(
+    "rate",
+    NEAR_CEILING,
+    "device-bound, near its ceiling",
+    "rate against its ceiling",
+    "half: the best-tuned large training runs reach about that much of their chips' peak "
+    "(PaLM 540B: 46.2 % model FLOPs utilisation, section 4.1 of https://arxiv.org/abs/2204.02311)",
+)
+THRESHOLDS = (*HOST_WAITS, BUSY, CEILING)
+VERDICTS = (
+    *(t.kind for t in HOST_WAITS),
+    "device-bound",
+    "device-bound, near its ceiling",
+    "device-bound, below its ceiling",
+    "inconclusive",
+)
+RULE = (
+    "; ".join(f"{t.kind} if {t.words} >= {t.at:.0%}" for t in HOST_WAITS)
+    + " (the largest such share names it); else device-bound if the device is busy >= "
+    f"{DEVICE_BUSY:.0%} (near its ceiling from {NEAR_CEILING:.0%} of it, where the rate is "
+    "known); else overhead-bound (an idle device, the data ready); inconclusive where what "
+    "decides was not measured"
+)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What bounds a loop: `kind` (one of VERDICTS), the shares it was given (None: not
+    measured) and the rule that decided, with its thresholds, in words."""
+
+    kind: str
+    shares: dict[str, float | None]
+    rule: str
+
+    def __str__(self) -> str:
+        return self.kind
+
+
+def bottleneck(
+    *,
+    data_wait: float | None = None,
+    copy: float | None = None,
+    sync: float | None = None,
+    overhead: float | None = None,
+    busy: float | None = None,
+    rate: float | None = None,
+) -> Verdict:
+    """The suite's one classifier of a loop, from its shares of the step's wall time (fractions;
+    None: not measured): waiting for data, for copies to the device, for syncs; dispatching ops;
+    the device busy; and `rate`, a busy device's arithmetic rate over its measured ceiling.
+
+    A host wait at or above its threshold names the loop (the largest one); else a device busy
+    at least DEVICE_BUSY is device-bound: busy time counts memory-bound kernels too, so busy
+    alone never says compute-bound, only the rate says near or below the ceiling; else, the
+    data wait measured, the idle device is the host's doing: overhead-bound. Else inconclusive.
+    """
+    shares = {
+        "data_wait": data_wait,
+        "copy": copy,
+        "sync": sync,
+        "overhead": overhead,
+        "busy": busy,
+        "rate": rate,
+    }
+    for name, value in shares.items():
+        if value is None:
+            continue
+        is_rate = name == "rate"  # a rate may read above its ceiling (two timings, two moments)
+        what = "a finite number >= 0 or None" if is_rate else "a share in [0, 1] or None"
+        share = check_number(name, value, where="bottleneck", inclusive=True, what=what)
+        if not is_rate and share > 1.0 + 1e-6:
+            raise ValueError(f"bottleneck: {name} must be {what}, got {value!r}")
+    over = [t for t in HOST_WAITS if shares[t.share] is not None and shares[t.share] >= t.at]
+    if over:
+        top = max(over, key=lambda t: shares[t.share])  # a tie: the first in HOST_WAITS
+        rest = " (the largest wait at or over its line)" if len(over) > 1 else ""
+        return Verdict(top.kind, shares, _line(top, shares[top.share]) + rest)
+    if busy is not None and busy >= DEVICE_BUSY:
+        rule = f"no wait at or over its line; {_line(BUSY, busy)}"
+        if rate is None:
+            return Verdict(
+                "device-bound", shares, rule + "; its rate against its ceiling not measured"
+            )
+        near = "near" if rate >= NEAR_CEILING else "below"
+        return Verdict(
+            f"device-bound, {near} its ceiling", shares, f"{rule}; {_line(CEILING, rate)}"
+        )
+    if busy is not None and data_wait is not None:
+        return Verdict(
+            "overhead-bound",
+            shares,
+            f"{_line(BUSY, busy)} and {_line(HOST_WAITS[0], data_wait)}: the host (Python, "
+            "dispatch, kernel launches) does not keep the device fed",
+        )
+    missing = "the device's busy share" if busy is None else "the data wait (an idle device)"
+    return Verdict("inconclusive", shares, f"no wait at or over its line; not measured: {missing}")
+
+
+def _line(t: Threshold, value: float) -> str:
+    """A share against its threshold, in words: 'waiting for data 12.0% >= 5%'."""
+    return f"{t.words} {value:.1%} {'>=' if value >= t.at else '<'} {t.at:.0%}"
+
+
+def busy_fraction(busy_s: float, wall_s: float) -> float:
+    """The device's busy share of a window: busy seconds over wall seconds, at most 1 (the
+    profiler's spans and the host's clock are read apart: busy can read a little past the wall)."""
+    check_number("busy_s", busy_s, where="busy_fraction", inclusive=True)
+    check_number("wall_s", wall_s, where="busy_fraction")
+    return min(busy_s / wall_s, 1.0)
 
 
 def profiler_activities(device: str | torch.device) -> list[ProfilerActivity]:
@@ -54,8 +232,9 @@ def profiler_activities(device: str | torch.device) -> list[ProfilerActivity]:
 
 
 def wait_verdict(wait_fraction: float) -> tuple[str, str]:
-    """(kind, sentence) for a share of step time spent waiting for data; kind is
-    'input-bound' (at least INPUT_WAIT_SHARE) or 'not input-bound'."""
+    """(kind, sentence) for a share of step time spent waiting for data, where that is all that
+    was measured (notebook 03): `bottleneck`'s input rule alone; kind is 'input-bound' (at least
+    INPUT_WAIT_SHARE) or 'not input-bound'."""
     if (
         not isinstance(wait_fraction, int | float)
         or isinstance(wait_fraction, bool)
@@ -66,7 +245,7 @@ def wait_verdict(wait_fraction: float) -> tuple[str, str]:
         )
     pct = 100 * wait_fraction
     rule = f"(the rule: input-bound from {INPUT_WAIT_SHARE:.0%})"
-    if wait_fraction >= INPUT_WAIT_SHARE:
+    if bottleneck(data_wait=wait_fraction).kind == "input-bound":
         return "input-bound", (
             f"{pct:.0f} % of step time is waiting for data: input-bound {rule}. Add DataLoader "
             "workers, keep the data in memory as uint8, or move augmentation to the device; a "
@@ -140,6 +319,22 @@ class DataWaitMeter:
     def diagnosis(self, skip: int = 0) -> str:
         """One sentence: is this loop input-bound? (`wait_verdict`)"""
         return wait_verdict(self.summary(skip)["wait_fraction"])[1]
+
+
+# torch.utils.data labels each DataLoader `__next__` so that the profiler shows it.
+LOADER_EVENT = "enumerate(DataLoader)"
+
+
+def loader_wait_seconds(prof: profile) -> float | None:
+    """Seconds the host spent in DataLoader `__next__` calls in `prof`'s window; None where no
+    DataLoader ran in it. The data wait of a loop nobody can wrap in a DataWaitMeter: a script
+    the doctor runs unmodified, the loops notebook 18 hooks a StepWindow into."""
+    spans = [
+        e.time_range.elapsed_us()
+        for e in prof.events()
+        if e.name.startswith(LOADER_EVENT) and "__next__" in e.name
+    ]
+    return sum(spans) / 1e6 if spans else None
 
 
 def busy_seconds(prof: profile, device_type: str) -> float:
@@ -228,7 +423,15 @@ class StepWindow:
         read (MPS records none; XPU records its kernels, this reads CUDA's only)."""
         if not self.recorded or not self.wall or self.device.type not in ("cpu", "cuda"):
             return None
-        return min(busy_seconds(self.prof, self.device.type) / self.wall, 1.0)
+        return busy_fraction(busy_seconds(self.prof, self.device.type), self.wall)
+
+    @property
+    def wait_fraction(self) -> float | None:
+        """Time in DataLoader `__next__` over the recorded steps' wall time
+        (`loader_wait_seconds`); None when the loop never reached them or drew no batch from a
+        DataLoader in them (batches from tensors are gathered inside the step)."""
+        wait = loader_wait_seconds(self.prof) if self.recorded and self.wall else None
+        return None if wait is None else min(wait / self.wall, 1.0)
 
     def count(self, prefix: str) -> int:
         """How many events whose name starts with `prefix` ran in the window (e.g.

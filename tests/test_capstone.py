@@ -168,6 +168,7 @@ def test_measure_takes_the_median_of_the_timed_epochs_after_the_warm_up():
     # its timing, for a claim judged on it: the scaled epochs, and the real window (1 s, not 3 s)
     assert r.timing.median == r.seconds_per_epoch and r.timing.times == r.extra["epoch_seconds"]
     assert (r.timing.window, r.timing.device) == (1.0, "cpu")
+    assert r.wait_fraction is None  # nothing profiled
 
 
 def test_measure_profiles_steady_steps_past_the_loader_prefetch():
@@ -183,6 +184,7 @@ def test_measure_profiles_steady_steps_past_the_loader_prefetch():
     )
     # 12 batches per epoch on a CPU: 1 unprofiled warm-up step, then the 5 profiled ones
     assert calls[1] == ("m", 1, 6) and 0 < r.busy_fraction <= 1
+    assert r.wait_fraction is None  # batches not from a DataLoader: no data wait to read
     ref = capstone.measure(
         capstone.Recipe("ref", batch_size=8),
         fake_train([1.0, 1.0], calls),

@@ -225,16 +225,16 @@ CASES: dict[str, list[tuple[dict, str]]] = {
         (
             {
                 "data_loop_kind": "input-bound",
-                "compute_loop_kind": "gpu-bound",
-                "compute_kinds_expected": ("gpu-bound", "launch-bound"),
+                "compute_loop_kind": "device-bound",
+                "compute_kinds_expected": ("device-bound", "overhead-bound"),
             },
             SHOWN,
         ),
         (
             {
-                "data_loop_kind": "operator-bound",
-                "compute_loop_kind": "operator-bound",
-                "compute_kinds_expected": ("operator-bound",),
+                "data_loop_kind": "device-bound",
+                "compute_loop_kind": "device-bound",
+                "compute_kinds_expected": ("device-bound",),
             },
             NOT_SHOWN,
         ),

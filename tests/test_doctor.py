@@ -18,7 +18,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, TensorDataset
 
-from helpers import devices, doctor
+from helpers import devices, diagnose, doctor
 from helpers.doctor import counting, rules, watcher
 from helpers.doctor.counting import OpCounter
 from helpers.doctor.session import Session
@@ -113,8 +113,10 @@ def test_fine_loop_gets_no_false_finding():
     torch.set_num_threads(1)
     net = nn.Sequential(nn.Linear(256, 4096), nn.ReLU(), nn.Linear(4096, 10))
     w = train(batched(4096, 256, 256), net, timed=4)
-    assert kinds(w) == ["compute-bound"], w.findings
+    # device-bound (near or below its ceiling: the rate decides), never "compute-bound"
+    assert len(w.findings) == 1 and kinds(w)[0] in rules.DEVICE_BOUND, w.findings
     assert "of this machine's measured matmul rate" in w.findings[0].evidence
+    assert w.findings[0].kind == rules.verdict(w.measured).kind
 
 
 def test_sync_on_a_cpu_is_counted_not_costed():
@@ -242,10 +244,25 @@ def test_input_bound_with_a_worker_per_core_is_not_told_to_add_workers():
             dict(device="cuda", syncs_per_step=2, stall_s=0.010 * (rules.SYNC_STALL_SHARE - 0.001)),
             dict(device="cuda", syncs_per_step=2, stall_s=0.010 * (rules.SYNC_STALL_SHARE + 0.001)),
         ),
-        (
+        (  # the device idles, the data is ready: overhead-bound (the verdict's last rule)
             rules.device_idle,
-            dict(device="cuda", busy=rules.LOW_BUSY + 0.001),
-            dict(device="cuda", busy=rules.LOW_BUSY - 0.001),
+            dict(device="cuda", wait_s=0.0, busy=diagnose.DEVICE_BUSY + 0.001),
+            dict(device="cuda", wait_s=0.0, busy=diagnose.DEVICE_BUSY - 0.001),
+        ),
+        (  # copies to the device that wait: copy-bound, on its own line
+            rules.sync_bound,
+            dict(
+                device="cuda",
+                syncs_per_step=2,
+                sync_ops={rules.UPLOAD: 2},
+                stall_s=0.010 * (rules.COPY_WAIT_SHARE - 0.001),
+            ),
+            dict(
+                device="cuda",
+                syncs_per_step=2,
+                sync_ops={rules.UPLOAD: 2},
+                stall_s=0.010 * (rules.COPY_WAIT_SHARE + 0.001),
+            ),
         ),
         (
             rules.memory_tight,
@@ -266,8 +283,8 @@ def test_threshold_either_side(rule, below, above):
     assert rule(m(**above)) is not None
 
 
-def test_ranking_puts_measured_costs_first_and_compute_bound_only_alone():
-    found = rules.diagnose(
+def test_ranking_puts_measured_costs_first_and_device_bound_only_alone():
+    found = rules.findings(
         m(
             wait_s=0.002,
             syncs_per_step=3,
@@ -277,7 +294,31 @@ def test_ranking_puts_measured_costs_first_and_compute_bound_only_alone():
         )
     )
     assert [f.kind for f in found] == ["overhead-bound", "input-bound", "sync-bound"]
-    assert [f.kind for f in rules.diagnose(m(wait_s=0.0001))] == ["compute-bound"]
+    assert rules.verdict(m(wait_s=0.002, ops_per_step=1000, dispatch_s=5e-6)).kind == (
+        "overhead-bound"  # the largest wait over its line: 50 % dispatching, 20 % for data
+    )
+    assert [f.kind for f in rules.findings(FINE)] == ["device-bound"]
+
+
+# every window filled: a little data wait and dispatch, the rest of a CPU's step in operators
+FINE = m(wait_s=0.0001, ops_per_step=100, dispatch_s=1e-6)
+
+
+def test_the_doctor_s_verdict_is_the_suite_s_classifier_on_its_shares():
+    """On a CPU the operators run in series with the host's waits: busy is the rest."""
+    s = rules.shares(FINE)
+    assert s["data_wait"] == pytest.approx(0.01) and s["overhead"] == pytest.approx(0.01)
+    assert s["busy"] == pytest.approx(0.98) and s["sync"] is s["copy"] is s["rate"] is None
+    assert rules.verdict(FINE) == diagnose.bottleneck(**s)
+    rated = m(**{**vars(FINE), "flops_per_step": 1e8, "matmul_flops_per_s": 1e10})
+    assert rules.shares(rated)["rate"] == pytest.approx(1e8 / (0.010 - 0.0001) / 1e10)
+    f = rules.findings(rated)[0]
+    assert f.kind == "device-bound, near its ceiling" and "nothing to fix in the loop" in f.evidence
+    gpu = m(device="cuda", wait_s=0.0, busy=0.9)  # a GPU: busy measured, not inferred
+    assert rules.shares(gpu)["busy"] == 0.9 and rules.verdict(gpu).kind == "device-bound"
+    mps = m(device="mps", wait_s=0.0, ops_per_step=10, dispatch_s=1e-6)  # kernels not timed
+    assert rules.shares(mps)["busy"] == pytest.approx(0.999)  # the host blocked on the device
+    assert rules.verdict(m(wait_s=0.0)).kind == "inconclusive"  # the dispatch not measured
 
 
 def test_what_if_predicts_throughput():
@@ -294,19 +335,20 @@ def test_what_if_predicts_throughput():
 
 def test_a_fix_that_measured_slower_is_ranked_last_and_says_so():
     slower = {"workers": rules.Trial("workers", 32 / 0.020, 0.020)}
-    found = rules.diagnose(m(wait_s=0.002, trials=slower))
-    assert [f.kind for f in found] == ["compute-bound", "input-bound"]
-    assert "made it slower (0.50x)" in found[1].evidence
-    waits = rules.diagnose(m(wait_s=0.009, trials=slower))  # 90 % waiting: still input-bound
+    found = rules.findings(m(wait_s=0.002, trials=slower))
+    # still input-bound (20 % waiting): a fix that does not pay leaves the wait where it was
+    assert [f.kind for f in found] == ["input-bound"]
+    assert "made it slower (0.50x)" in found[0].evidence
+    waits = rules.findings(m(wait_s=0.009, trials=slower))  # 90 % waiting: input-bound
     assert [f.kind for f in waits] == ["input-bound"]
 
 
 def test_report_text_and_json_schema():
     mm = m(wait_s=0.005)
-    found = rules.diagnose(mm)
+    found = rules.findings(mm)
     d = rules.as_dict(mm, found)
-    assert set(d) == {"schema", "inconclusive", "measured", "findings"}
-    assert d["inconclusive"] is False
+    assert set(d) == {"schema", "inconclusive", "verdict", "measured", "findings"}
+    assert d["inconclusive"] is False and d["verdict"]["kind"] == "input-bound"
     import json
 
     import jsonschema
@@ -318,6 +360,7 @@ def test_report_text_and_json_schema():
     assert set(d["findings"][0]) >= {"kind", "evidence", "share", "fix", "notebook"}
     text = doctor.render(mm, found)
     assert "input-bound" in text and "03_dataloader_workers.ipynb" in text
+    assert "Verdict: input-bound (waiting for data 50.0% >= 5%)" in text
 
 
 # --- DataLoader workers under spawn / forkserver -------------------------------------------
@@ -464,7 +507,7 @@ def test_a_loop_whose_only_syncs_are_pageable_copies_is_not_told_to_read_less(me
         loss.backward()
         opt.step()
     assert w.measured.sync_ops == {PAGEABLE: 2}
-    sync = next(f for f in w.findings if f.kind == "sync-bound")
+    sync = next(f for f in w.findings if f.kind == "copy-bound")
     assert sync.fix == rules.UPLOAD_FIX and "read it every k steps" not in sync.fix
     assert "no read to remove" in sync.evidence and sync.notebook == "08_device_placement.ipynb"
 
@@ -475,6 +518,7 @@ def test_a_measured_stall_with_copies_never_promises_the_read_fix_alone(reads):
     gpu = m(device="cuda", busy=0.4, stall_s=0.004, syncs_per_step=2 + reads, sync_ops=ops)
     sync = rules.sync_bound(gpu)
     assert sync.share == pytest.approx(0.4)  # the stall's share: what removing every sync frees
+    assert sync.kind == ("sync-bound" if reads else "copy-bound")
     assert rules.UPLOAD_FIX in sync.fix
     if reads:  # the read fix only beside the copies' fix, and the evidence says why
         assert sync.fix.startswith(f"both: {rules.READ_FIX}")
@@ -497,12 +541,15 @@ def test_tf32_state_is_read_through_the_api_a_script_used():
 
 
 def test_no_regime_and_no_all_clear_rests_on_a_window_that_did_not_fill():
-    """The same numbers diagnose as compute-bound when every window filled; with the profiled
-    window missing, the rules that read it were not evaluated: no compute-bound, inconclusive."""
-    assert [f.kind for f in rules.diagnose(m())] == ["compute-bound"]
-    partial = m(not_measured=["the profiled window (data wait, device busy, sync stalls)"])
+    """The same numbers diagnose as device-bound when every window filled; with the profiled
+    window missing, the rules that read it were not evaluated: no device-bound, inconclusive."""
+    assert [f.kind for f in rules.findings(FINE)] == ["device-bound"]
+    partial = m(
+        **{**vars(FINE), "not_measured": ["the profiled window (data wait, device busy, syncs)"]}
+    )
     partial.steps_needed = 9
-    assert rules.inconclusive(partial) and rules.diagnose(partial) == []
+    assert rules.inconclusive(partial) and rules.findings(partial) == []
+    assert rules.verdict(partial).kind == "inconclusive"
     text = doctor.render(partial, [])
     assert "INCONCLUSIVE" in text and "of the 9 the doctor's windows need" in text
     assert "none from what was measured" in text

@@ -215,7 +215,7 @@ def test_a_loop_that_ends_before_the_windows_fill_gets_no_all_clear(tmp_path, st
         j = doctor(tmp_path, SHORT_LBFGS.replace("STEPS", "3"), "--steps", "14", "--json")
         assert j.returncode == 4 and report(j.stdout)["inconclusive"] is True
     said = r.stdout + r.stderr
-    assert "nothing to fix" not in said and "compute-bound" not in said
+    assert "nothing to fix" not in said and "device-bound" not in said and "Verdict:" not in said
     assert "--steps" in said and "--timeout" in said  # how to get a diagnosis
     if steps == 6:
         assert f"the loop took {steps} optimizer steps of the 9" in r.stdout
@@ -232,9 +232,10 @@ def test_the_json_report_says_inconclusive(tmp_path):
     assert r.returncode == 4, r.stderr[-2000:]
     out = report(r.stdout)
     assert out["inconclusive"] is True and out["measured"]["steps_needed"] == 9
-    assert out["measured"]["not_measured"] and "compute-bound" not in {
+    assert out["measured"]["not_measured"] and not rules.DEVICE_BOUND & {
         f["kind"] for f in out["findings"]
     }
+    assert out["verdict"]["kind"] == "inconclusive"
 
 
 @pytest.mark.timeout(180)

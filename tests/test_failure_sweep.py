@@ -517,14 +517,14 @@ CASES = [
         data.cifar_shaped, ValueError, r"cifar_shaped: n must be an int >= 1, got 0", "cifar10", 0
     ),
     case(
-        data.diagnose,
+        data.damaged_file,
         ValueError,
         r"unknown data set 'mnist': valid names are fashion-mnist, cifar10",
         "mnist",
         ".",
     ),
     case(
-        data.diagnose,
+        data.damaged_file,
         TypeError,
         r"root must be a folder path \(str or Path\) or None; got int",
         "cifar10",
@@ -839,6 +839,31 @@ CASES = [
         ValueError,
         r"wait_verdict: wait_fraction must be a fraction in \[0, 1\], got 1.5",
         1.5,
+    ),
+    case(
+        diagnose.bottleneck,
+        ValueError,
+        r"bottleneck: busy must be a share in \[0, 1\] or None, got 1.5",
+        busy=1.5,
+    ),
+    case(
+        diagnose.bottleneck,
+        ValueError,
+        r"bottleneck: data_wait must be a share in \[0, 1\] or None, got -0.1",
+        data_wait=-0.1,
+    ),
+    case(
+        diagnose.bottleneck,
+        ValueError,
+        r"bottleneck: rate must be a finite number >= 0 or None, got nan",
+        rate=float("nan"),
+    ),
+    case(
+        diagnose.busy_fraction,
+        ValueError,
+        r"busy_fraction: wall_s must be a positive finite number, got 0",
+        0.1,
+        0,
     ),
     # --- suite -----------------------------------------------------------------------------
     case(
@@ -1236,6 +1261,9 @@ NO_BAD_INPUT = {
     "data.to_unit_float",
     "data.CifarShaped",  # what data.cifar_shaped returns, its inputs checked there
     "runner.HeadlessOutputWidget",  # made by nbclient, from the kernel's own messages
+    "diagnose.Threshold",  # records the module builds: bottleneck's lines and its answer
+    "diagnose.Verdict",
+    "diagnose.loader_wait_seconds",  # reads a profile StepWindow or the doctor recorded
 }  # a batch function: TensorBatches checks the batches
 
 
@@ -1494,7 +1522,7 @@ def test_intact_synthetic_folder_still_loads(data_root):
     """The diagnosis is only an error path: whole files load as before."""
     _fashion(data_root / "synthetic")
     assert len(data.fashion_mnist(train=True)) == 64
-    assert data.diagnose("fashion-mnist", data_root / "synthetic", synthetic_copy=True) is None
+    assert data.damaged_file("fashion-mnist", data_root / "synthetic", synthetic_copy=True) is None
 
 
 # --- 3. interrupted runs leave no worker processes ---------------------------------------------

@@ -17,11 +17,12 @@ findings), watcher (the in-notebook form), text (the words), cli (the shell form
 
 from importlib import import_module
 
-__all__ = ["Finding", "Measured", "Watch", "diagnose", "render", "watch"]
+__all__ = ["Finding", "Measured", "Watch", "findings", "render", "verdict", "watch"]
 _WHERE = {
     "Finding": "rules",
     "Measured": "rules",
-    "diagnose": "rules",
+    "findings": "rules",
+    "verdict": "rules",
     "render": "text",
     "Watch": "watcher",
     "watch": "watcher",

@@ -9,10 +9,10 @@ inconclusive: the loop ended before the doctor's windows filled (the report says
 measured, how many steps it saw of how many it needs, and how to get a diagnosis).
 
 `--json` prints a report that follows helpers/doctor/report.schema.json (its version in
-"schema"): {"schema", "inconclusive", "measured": {...}, "findings": [{kind, evidence, share, fix,
-notebook, predicted_speedup, predicted_samples_per_s, rule}, ...], "what_if"}, findings ranked by
-share of step time (null share: counted, not costed), or {"schema", "error"} with a non-zero
-status.
+"schema"): {"schema", "inconclusive", "verdict": {kind, shares, rule}, "measured": {...},
+"findings": [{kind, evidence, share, fix, notebook, predicted_speedup, predicted_samples_per_s,
+rule}, ...], "what_if"}, findings ranked by share of step time (null share: counted, not costed),
+or {"schema", "error"} with a non-zero status.
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ def _diagnose(a: argparse.Namespace, stdout: Any, change: dict | None = None) ->
 
 def _what_if(a: argparse.Namespace, result: dict, stdout: Any) -> dict:
     """The top finding a re-run can act on, re-run with its change: measured beside predicted."""
-    findings = [f for f in result["findings"] if f["kind"] != "compute-bound"]
+    findings = [f for f in result["findings"] if f["kind"] not in rules.DEVICE_BOUND]
     if not findings:
         return {"text": "What-if: no finding to try (nothing measured points at a setting)"}
     skipped = []  # findings above the one re-run, each with why a re-run cannot try its fix
@@ -275,7 +275,7 @@ def _result(session: Session, error: str | None, seen: set[str]) -> dict:
         )
         if error:
             m.unseen.append(f"the script stopped early: {error}")
-        findings = rules.diagnose(m)
+        findings = rules.findings(m)
         status = INCONCLUSIVE if rules.inconclusive(m) else 0
         return {**rules.as_dict(m, findings), "text": render(m, findings), "status": status}
     return {"error": error}

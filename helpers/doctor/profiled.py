@@ -11,8 +11,6 @@ from .. import devices, diagnose
 from .counting import OpCounter
 from .rules import Measured
 
-# torch.utils.data names the DataLoader's `__next__` so the profiler can show it.
-LOADER_EVENT = "enumerate(DataLoader)"
 # CUDA runtime calls in which the host waits for the device.
 STALL_EVENTS = {
     "cudaStreamSynchronize",
@@ -65,16 +63,14 @@ def read(session: object, m: Measured) -> None:
 
 
 def _from_profiler(prof: torch.profiler.profile, w: object, m: Measured) -> None:
-    window_us = 1e6 * (w.t1 - w.t0)
-    wait = stall = 0.0
+    window_s = w.t1 - w.t0
+    stall = 0.0
     compiled = 0
     for e in prof.events():
         if str(e.device_type).endswith("CUDA"):  # a kernel: the busy formula reads those
             continue
         if e.name.startswith(COMPILED_EVENT):
             compiled += 1
-        elif e.name.startswith(LOADER_EVENT) and "__next__" in e.name:
-            wait += e.time_range.elapsed_us()
         elif e.name in STALL_EVENTS:
             stall += e.time_range.elapsed_us()
     if compiled:
@@ -84,14 +80,15 @@ def _from_profiler(prof: torch.profiler.profile, w: object, m: Measured) -> None
             "syncs counted there are only the library calls the graph makes (matmuls, "
             "convolutions); the step's time is measured as it runs"
         )
-    if m.wait_s is None and window_us > 0:  # the CLI: no loader in hand, the profiler's events
+    if m.wait_s is None and window_s > 0:  # the CLI: no loader in hand, the profiler's events
         # the share of the profiled window spent waiting, applied to the timed step: the two
         # windows' steps differ (the profiler's own cost, a slow first batch of an epoch), and
         # a wait from one over a step from the other could exceed the step
-        m.wait_s = min(1.0, wait / window_us) * m.step_s
+        wait = diagnose.loader_wait_seconds(prof) or 0.0  # no DataLoader: batches in hand
+        m.wait_s = min(1.0, wait / window_s) * m.step_s
     if m.device == "cuda":
-        busy_us = 1e6 * diagnose.busy_seconds(prof, "cuda")
-        m.busy = min(1.0, busy_us / window_us) if window_us > 0 else None
+        busy_s = diagnose.busy_seconds(prof, "cuda")
+        m.busy = diagnose.busy_fraction(busy_s, window_s) if window_s > 0 else None
         m.stall_s = 1e-6 * stall / w.steps
         m.tensor_cores_idle = (
             devices.capabilities("cuda").ok("tf32")  # TF32 tensor cores: 8.0+

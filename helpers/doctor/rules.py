@@ -3,7 +3,8 @@ the numbers it compared. Pure functions of a `Measured`, so each is tested on bo
 
 A finding's `share` is the fraction of step time it costs, where that was *measured*; None
 where it was only counted (a CPU cannot show what a GPU would pay for a sync). Findings are
-ranked by share, counted ones last.
+ranked by share, counted ones last. The loop's one verdict is `diagnose.bottleneck`'s, the
+suite's classifier, on the shares measured here (`verdict`); its thresholds are shared too.
 """
 
 from __future__ import annotations
@@ -13,23 +14,22 @@ from pathlib import Path
 
 from .. import diagnose
 
+# The shares' thresholds, each with its source: the suite's one rule set (helpers.diagnose,
+# `bottleneck`); busy is measured on CUDA (elsewhere: the step less its waits and dispatch).
+from ..diagnose import (
+    COPY_WAIT_SHARE,
+    INPUT_WAIT_SHARE,
+    OVERHEAD_SHARE,
+    SYNC_STALL_SHARE,
+)
+
 # The --json report's schema: its version, and the JSON Schema shipped beside this module.
-SCHEMA = "feed-the-gpu/doctor-report/1"
+SCHEMA = "feed-the-gpu/doctor-report/2"
 SCHEMA_FILE = Path(__file__).with_name("report.schema.json")
 
-# The data wait and the device busy share: the suite's one rule set (helpers.diagnose, from the
-# removed TensorBoard profiler plugin's advisor); busy is measured on CUDA only.
-INPUT_WAIT_SHARE = diagnose.INPUT_WAIT_SHARE
-LOW_BUSY = diagnose.DEVICE_BUSY
-# The same advisor: "peak memory > 90 %" -> smaller batch, activation checkpointing.
+# The TensorBoard advisor's (helpers.diagnose): "peak memory > 90 %" -> smaller batch, activation
+# checkpointing. A finding beside the verdict, not a verdict.
 MEMORY_PEAK_SHARE = 0.90
-# Measured here: the ops a step dispatches times this machine's measured cost per op of a step
-# made of tiny ops (profiled.machine_rates); at 30 % of the step or more, the per-op overhead is
-# what a bigger batch or fusion saves (on the 2-core CPU: notebook 19's 1024-wide MLP < 1 %, its
-# 40 tiny Linear layers 95-130 %).
-OVERHEAD_SHARE = 0.30
-# The data-wait rule's 5 % (the TensorBoard advisor's), applied to the host's measured sync wait.
-SYNC_STALL_SHARE = 0.05
 # One read per step is what notebook 07 teaches to avoid (log every k steps instead).
 SYNCS_PER_STEP = 1.0
 # The counter's name for a copy to a CUDA device that makes the host wait (pageable memory, or
@@ -40,14 +40,25 @@ NOTEBOOKS = {
     "input-bound": "03_dataloader_workers.ipynb",
     "workers-cannot-import": "03_dataloader_workers.ipynb",
     "sync-bound": "07_item_hygiene.ipynb",
-    "sync-bound (copies)": "08_device_placement.ipynb",
+    "copy-bound": "08_device_placement.ipynb",
     "overhead-bound": "06_batch_size_and_accumulation.ipynb",
     "oversubscribed-threads": "04_cpu_threads.ipynb",
-    "device-idle": "06_batch_size_and_accumulation.ipynb",
     "memory-tight": "09_training_memory.ipynb",
-    "compute-bound": "10_mixed_precision.ipynb",
+    "device-bound": "17_profiling.ipynb",  # the kernel view: which kernels take the time
+    "device-bound, near its ceiling": "10_mixed_precision.ipynb",
+    "device-bound, below its ceiling": "11b_compiler_and_cuda_graphs.ipynb",
     "no-tensor-cores": "11_fp32_fast_paths.ipynb",  # TF32: one line; bf16 autocast is 10
 }
+# A busy device: nothing to fix in the loop; what is left, by how near its ceiling it runs.
+DEVICE_FIXES = {
+    "device-bound": "nothing in the loop: the operator table (notebook 17) says which kernels "
+    "take the time, and whether arithmetic or memory limits them",
+    "device-bound, near its ceiling": "nothing in the loop: a faster format (bf16/fp16 autocast, "
+    "TF32) or a faster device",
+    "device-bound, below its ceiling": "nothing in the loop: kernels that move fewer bytes "
+    "(fusion by torch.compile, channels_last, bf16) or a faster device",
+}
+DEVICE_BOUND = set(DEVICE_FIXES)
 
 
 @dataclass
@@ -197,6 +208,11 @@ UPLOAD_FIX = (
 )
 
 
+def _only_copies(m: Measured) -> bool:
+    """Every sync counted is a copy to the device that waits: copy-bound, not sync-bound."""
+    return bool(m.sync_ops) and all(UPLOAD in k for k in m.sync_ops)
+
+
 def _sync_advice(m: Measured) -> tuple[str, str, str]:
     """(what the syncs are, the fix, its notebook): a read every k steps removes only reads; a
     copy to the device from pageable memory or with non_blocking=False syncs every step anyway,
@@ -209,11 +225,11 @@ def _sync_advice(m: Measured) -> tuple[str, str, str]:
         return (
             "; no read to remove: copies to the device that wait (pageable or blocking)",
             UPLOAD_FIX,
-            NOTEBOOKS["sync-bound (copies)"],
+            NOTEBOOKS["copy-bound"],
         )
     return (
         "; reading less often alone gains nothing: the copies to the device still wait every step",
-        f"both: {READ_FIX}; and {UPLOAD_FIX} (notebook {NOTEBOOKS['sync-bound (copies)']})",
+        f"both: {READ_FIX}; and {UPLOAD_FIX} (notebook {NOTEBOOKS['copy-bound']})",
         NOTEBOOKS["sync-bound"],
     )
 
@@ -245,7 +261,17 @@ def _blame(m: Measured) -> tuple[str, str | None]:
     return f"; {mine:g} per step in your code, the rest {inside}", None
 
 
+def _stall_share(m: Measured) -> float | None:
+    """The host's measured wait for the device, as a share of the step (CUDA only): a stall
+    costs only while the device idles."""
+    if m.stall_s is None:
+        return None
+    share = min(1.0, m.stall_s / m.step_s)
+    return share if m.busy is None else min(share, 1 - m.busy)
+
+
 def sync_bound(m: Measured) -> Finding | None:
+    """Syncs every step (copy-bound when every one is a copy to the device that waits)."""
     if not m.syncs_per_step or m.syncs_per_step < SYNCS_PER_STEP:
         return None
     ops = ", ".join(f"{k} x{v}" for k, v in sorted(m.sync_ops.items()))
@@ -253,9 +279,12 @@ def sync_bound(m: Measured) -> Finding | None:
     whose, library_fix = _blame(m)
     which += whose
     fix = library_fix or fix
+    kind, line = (
+        ("copy-bound", COPY_WAIT_SHARE) if _only_copies(m) else ("sync-bound", SYNC_STALL_SHARE)
+    )
     if m.stall_s is None:  # a CPU: counted, and no cost claimed
         return Finding(
-            "sync-bound",
+            kind,
             f"{m.syncs_per_step:g} {'syncs' if which else 'reads of a tensor'} per step "
             f"({ops}): would synchronise on a GPU; a CPU pays nothing for them{which}",
             None,
@@ -263,30 +292,32 @@ def sync_bound(m: Measured) -> Finding | None:
             notebook,
             rule=f">= {SYNCS_PER_STEP:g} sync per step, counted",
         )
-    share = m.stall_s / m.step_s
-    if m.busy is not None:
-        share = min(share, 1 - m.busy)  # a stall costs only while the device idles
-    if share < SYNC_STALL_SHARE:
+    share = _stall_share(m)
+    if share < line:
         return None
     return Finding(
-        "sync-bound",
+        kind,
         f"{m.syncs_per_step:g} syncs per step ({ops}); the host waited "
         f"{1e3 * m.stall_s:.2f} ms per step{which}",
         share,
         fix,
         notebook,
-        rule=f"measured stall >= {SYNC_STALL_SHARE:.0%} of the step",
+        rule=f"measured stall >= {line:.0%} of the step",
     )
 
 
-def overhead_bound(m: Measured) -> Finding | None:
+def _overhead_share(m: Measured) -> float | None:
+    """The ops a step dispatches times this machine's cost per op, over the fastest step."""
     if not m.ops_per_step or not m.dispatch_s:
         return None
-    step_s = m.best_step_s or m.step_s
-    dispatch = m.ops_per_step * m.dispatch_s
-    share = min(1.0, dispatch / step_s)
-    if share < OVERHEAD_SHARE:
+    return min(1.0, m.ops_per_step * m.dispatch_s / (m.best_step_s or m.step_s))
+
+
+def overhead_bound(m: Measured) -> Finding | None:
+    share = _overhead_share(m)
+    if share is None or share < OVERHEAD_SHARE:
         return None
+    step_s, dispatch = m.best_step_s or m.step_s, m.ops_per_step * m.dispatch_s
     # past the step: this step's ops cost less each than those of the tiny-op reference step
     part = (
         f"{100 * share:.0f} % of the {1e3 * step_s:.2f} ms fastest step"
@@ -327,16 +358,20 @@ def oversubscribed(m: Measured) -> Finding | None:
 
 
 def device_idle(m: Measured) -> Finding | None:
-    if m.busy is None or m.busy >= LOW_BUSY:
+    """The device idles and no measured wait explains it: overhead-bound by `bottleneck`'s last
+    rule (the host does not keep the device fed), where the dispatch count alone did not say so."""
+    v = verdict(m)
+    if v.kind != "overhead-bound" or overhead_bound(m) is not None:
         return None
+    busy = v.shares["busy"]
     return _predict(
         Finding(
-            "device-idle",
-            f"device busy {100 * m.busy:.0f} % of the step",
-            1 - m.busy,
-            "a larger batch (and the fixes above)",
-            NOTEBOOKS["device-idle"],
-            rule=f"device busy < {LOW_BUSY:.0%} (the TensorBoard advisor's rule)",
+            "overhead-bound",
+            f"device busy {100 * busy:.0f} % of the step, and no wait measured at its line",
+            1 - busy,
+            "a larger batch, fewer and larger ops (torch.compile, CUDA graphs)",
+            NOTEBOOKS["overhead-bound"],
+            rule=v.rule + " (the TensorBoard advisor's device-busy rule)",
         ),
         m,
         "batch x2",
@@ -387,22 +422,64 @@ RULES = (
 )
 
 
-def compute_bound(m: Measured) -> Finding:
-    """The answer when no rule fired: what fraction of this machine's matmul rate the step gets."""
-    rate = ""
-    if m.flops_per_step and m.matmul_flops_per_s:
-        busy_s = m.step_s - (m.wait_s or 0.0)
-        rate = (
-            f" at {100 * m.flops_per_step / busy_s / m.matmul_flops_per_s:.0f} % of this "
-            f"machine's measured matmul rate ({m.matmul_flops_per_s / 1e9:.1f} GFLOP/s)"
+def shares(m: Measured) -> dict[str, float | None]:
+    """The step's measured shares, as `diagnose.bottleneck` reads them (None: not measured).
+    Where kernel time is not read (a CPU, MPS, XPU), the device's share is the step less the
+    host's measured data wait and dispatch: the time the host spends in operators (a CPU runs
+    them on its own cores) or blocked on the device."""
+    wait = None if m.wait_s is None else min(1.0, m.wait_s / m.step_s)
+    overhead, stall = _overhead_share(m), _stall_share(m)
+    busy = m.busy
+    if busy is None and m.device != "cuda" and wait is not None and overhead is not None:
+        busy = max(0.0, 1.0 - wait - overhead)
+    rate = None
+    if m.flops_per_step and m.matmul_flops_per_s and m.step_s > (m.wait_s or 0.0):
+        rate = m.flops_per_step / (m.step_s - (m.wait_s or 0.0)) / m.matmul_flops_per_s
+    copies = stall is not None and _only_copies(m)
+    return {
+        "data_wait": wait,
+        "copy": stall if copies else None,
+        "sync": None if copies else stall,
+        "overhead": overhead,
+        "busy": busy,
+        "rate": rate,
+    }
+
+
+def verdict(m: Measured) -> diagnose.Verdict:
+    """The loop's one verdict: the suite's classifier on what was measured; inconclusive when a
+    window did not fill (no verdict rests on what was not measured)."""
+    s = shares(m)
+    if inconclusive(m):
+        return diagnose.Verdict("inconclusive", s, "not measured: " + "; ".join(m.not_measured))
+    return diagnose.bottleneck(**s)
+
+
+def device_bound(m: Measured) -> Finding | None:
+    """The answer when the device, not the host, bounds the loop: nothing to fix in the loop;
+    how near its ceiling the step's arithmetic runs, where that was measured."""
+    v = verdict(m)
+    if v.kind not in DEVICE_BOUND:
+        return None
+    s = v.shares
+    busy = (
+        f"device busy {100 * s['busy']:.0f} % of the step"
+        if m.busy is not None
+        else f"{100 * s['busy']:.0f} % of the step in operators or blocked on the device (the "
+        "step less its waits and dispatch)"
+    )
+    if s["rate"] is not None:
+        busy += (
+            f", at {100 * s['rate']:.0f} % of this machine's measured matmul rate "
+            f"({m.matmul_flops_per_s / 1e9:.1f} GFLOP/s)"
         )
     return Finding(
-        "compute-bound",
-        "nothing to fix: compute-bound" + rate,
+        v.kind,
+        f"nothing to fix in the loop: {busy}",
         None,
-        "nothing in the loop: a faster kernel (bf16/fp16, channels_last) or device",
-        NOTEBOOKS["compute-bound"],
-        rule="no rule above fired",
+        DEVICE_FIXES[v.kind],
+        NOTEBOOKS[v.kind],
+        rule=v.rule,
     )
 
 
@@ -417,35 +494,31 @@ def refuted(f: Finding) -> bool:
     return f.predicted_speedup is not None and f.predicted_speedup < 1.0
 
 
-def diagnose(m: Measured) -> list[Finding]:
-    """The findings, ranked: measured costs by share, then counted ones, then the refuted."""
+def findings(m: Measured) -> list[Finding]:
+    """The findings, ranked: measured costs by share, then counted ones, then the refuted; a
+    device-bound verdict (nothing to fix in the loop) only when every window filled and no
+    wait reached its line (a fix that measured slower leaves its wait where it was)."""
     found = [f for rule in RULES if (f := rule(m)) is not None]
     for f in filter(refuted, found):
         f.evidence += (
             f"; but the fix, tried on this loop, made it slower ({f.predicted_speedup:.2f}x):"
             " it does not pay here"
         )
-    costs = [f for f in found if f.share is not None]
-    # "compute-bound" only when every window filled, nothing measured holds up and the refuted
-    # costs leave most of the step to compute (a loop that waits 90 % for data is input-bound)
-    if (
-        not inconclusive(m)
-        and not any(not refuted(f) for f in costs)
-        and sum(f.share for f in costs) < 0.5
-    ):
-        found.append(compute_bound(m))
+    if (busy := device_bound(m)) is not None:
+        found.append(busy)
     return sorted(found, key=lambda f: (refuted(f), f.share is None, -(f.share or 0.0)))
 
 
-def as_dict(m: Measured, findings: list[Finding]) -> dict:
-    """The `--json` report (SCHEMA_FILE): {"schema", "inconclusive", "measured": {...},
-    "findings": [ranked {kind, evidence, share, fix, notebook, predicted_speedup,
-    predicted_samples_per_s, rule}]}."""
+def as_dict(m: Measured, found: list[Finding]) -> dict:
+    """The `--json` report (SCHEMA_FILE): {"schema", "inconclusive", "verdict": {kind, shares,
+    rule}, "measured": {...}, "findings": [ranked {kind, evidence, share, fix, notebook,
+    predicted_speedup, predicted_samples_per_s, rule}]}."""
     measured = asdict(m)
     measured["samples_per_s"] = m.samples_per_s
     return {
         "schema": SCHEMA,
         "inconclusive": inconclusive(m),
+        "verdict": asdict(verdict(m)),
         "measured": measured,
-        "findings": [asdict(f) for f in findings],
+        "findings": [asdict(f) for f in found],
     }

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .rules import Finding, Measured, inconclusive
+from .rules import Finding, Measured, inconclusive, verdict
 
 MORE_STEPS = (
     "let the loop run more steps (the command line: a larger --steps and --timeout, or a smaller "
@@ -42,6 +42,9 @@ def render(m: Measured, findings: list[Finding]) -> str:
             "  No verdict rests on what was not measured, not even that the loop is fine. For a "
             f"diagnosis, {MORE_STEPS}.",
         ]
+    else:
+        v = verdict(m)  # the suite's one classifier, on the shares measured here
+        lines.append(f"Verdict: {v.kind} ({v.rule})")
     lines.append("Findings, by share of step time:")
     if not findings:
         lines.append("  none from what was measured")

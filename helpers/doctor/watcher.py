@@ -102,7 +102,7 @@ class Watch:
         )
         if rules.input_bound(self.measured):  # its fix is workers: can they load the data set?
             self.measured.workers_blocked = self._workers_blocked()
-        self.findings = rules.diagnose(self.measured)
+        self.findings = rules.findings(self.measured)
         if not self.quiet:
             from .text import render
 

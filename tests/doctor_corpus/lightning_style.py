@@ -1,6 +1,6 @@
 """A Lightning-style module (`training_step`, `configure_optimizers`) driven by a minimal
 trainer loop, as a user who wrote one without the library would: a small CNN on 32x32 images.
-expect: compute-bound
+expect: device-bound
 """
 
 import torch

@@ -1,5 +1,5 @@
-"""A plain loop: a wide MLP on tensors already in memory. Nothing to fix but the arithmetic.
-expect: compute-bound
+"""A plain loop: a wide MLP on tensors already in memory. Nothing to fix in the loop.
+expect: device-bound
 """
 
 import torch
