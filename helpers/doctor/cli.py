@@ -13,6 +13,11 @@ measured, how many steps it saw of how many it needs, and how to get a diagnosis
 notebook, predicted_speedup, predicted_samples_per_s, rule}, ...], "what_if"}, findings ranked by
 share of step time (null share: counted, not costed), or {"schema", "error"} with a non-zero
 status.
+
+`python -m helpers.doctor compare BEFORE.json AFTER.json` compares two such reports of the same
+loop, before and after a change: the step-time change with its noise band (the larger of the
+two reports' step spreads and a 10 % run-to-run floor; inside it: "no measurable change"), the
+findings that appeared or went away, and the shares that moved.
 """
 
 from __future__ import annotations
@@ -56,7 +61,9 @@ PROCESSES = (
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m helpers.doctor", description=__doc__.split("\n\n")[1]
+        prog="python -m helpers.doctor",
+        description=__doc__.split("\n\n")[1],
+        epilog=" ".join(__doc__.split("\n\n")[3].split()),
     )
     p.add_argument(
         "--steps", type=int, default=30, help=f"optimizer steps to watch (>= {MIN_STEPS})"
@@ -96,6 +103,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["compare"]:  # the subcommand: two reports, no script run
+        from .compare import main as compare
+
+        return compare(args[1:])
     a = parse(argv)
     # With --json, stdout is the JSON alone: the script's own output goes to stderr.
     result = _diagnose(a, sys.stderr if a.json else None)
