@@ -786,3 +786,13 @@ def test_compare_from_the_command_line_and_on_a_file_that_is_no_report(tmp_path)
     assert ok.returncode == 0 and "no measurable change (+0 %" in ok.stdout, ok.stderr
     no = subprocess.run([*cmd, str(before), str(bad)], cwd=ROOT, capture_output=True, text=True)
     assert no.returncode == 2 and "no diagnosis to compare (the script failed)" in no.stderr
+
+
+def test_the_command_line_leaves_room_for_the_memory_window_or_says_it_did_not():
+    from helpers.doctor import cli, memory
+
+    assert cli.MEMORY_WINDOW == memory.MEMORY_STEPS  # the shell form's copy (it skips torch)
+    mm = m()
+    memory.read(types.SimpleNamespace(named=lambda _: None, memory=None, memory_steps=0), mm)
+    assert f"--steps {cli.MIN_STEPS + cli.MEMORY_WINDOW} or more" in mm.unseen[-1]
+    assert mm.memory_slope is None and rules.memory_growth(mm) is None

@@ -8,7 +8,7 @@ In a notebook::
 
 From a shell (the script unmodified, stopped after its steps)::
 
-    python -m helpers.doctor --steps 30 --timeout 300 [--json] script.py [script args...]
+    python -m helpers.doctor --steps 40 --timeout 300 [--json] script.py [script args...]
 
     python -m helpers.doctor compare before.json after.json   # two reports: did it help?
 

@@ -44,6 +44,9 @@ if TYPE_CHECKING:
     from .session import Session
 
 MIN_STEPS = 12  # warm-up 2, timed >= 3 (+ margin), profiled 2, counted 2
+# Steps of the memory window (memory over time; memory.MEMORY_STEPS, not imported here: the shell
+# form starts without torch), watched when --steps leaves room for it beside MIN_STEPS.
+MEMORY_WINDOW = 8
 # Log lines of PyTorch's runtime, not of the script: Kineto's ("ERROR:2026-11-28 09:01:09
 # 9239:9239 File.cpp:39] ...") and glog's or torch logging's ("W1128 10:41:32.766000 26419
 # path/file.py:183] ..."). A script's own "ERROR: ..." line has neither shape and is kept.
@@ -66,7 +69,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         epilog=" ".join(__doc__.split("\n\n")[3].split()),
     )
     p.add_argument(
-        "--steps", type=int, default=30, help=f"optimizer steps to watch (>= {MIN_STEPS})"
+        "--steps",
+        type=int,
+        default=40,
+        help=f"optimizer steps to watch (>= {MIN_STEPS}; memory over time from "
+        f"{MIN_STEPS + MEMORY_WINDOW})",
     )
     p.add_argument(
         "--timeout", type=float, default=300.0, help="seconds before the script is ended"
@@ -228,9 +235,12 @@ def child(out: Path, steps: int, script: str, args: list[str]) -> None:
     whatif.apply_in_child()  # --what-if's change, before the script builds anything
 
     # --steps bounds the run: windows counted in steps only (the notebook form also asks for
-    # time); the threads what-if times as many steps as the timed window (equal work)
+    # time); the threads what-if times as many steps as the timed window (equal work); the
+    # memory window comes out of the steps first, where they leave room for it
+    memory = MEMORY_WINDOW if steps >= MIN_STEPS + MEMORY_WINDOW else 0
     session = Session(
-        timed=max(3, (steps - 8) // 2),
+        timed=max(3, (steps - 8 - memory) // 2),
+        memory=memory,
         trial_steps=None,
         seconds=0.0,
         workers=None,  # counted at the first step: the loader is not in hand
@@ -305,7 +315,7 @@ def _threads_trial(s: Session, steps: int) -> list:
     import torch
 
     m = s.measured()
-    if not rules.oversubscribed(m) or s.steps + 2 + s.trial_length > steps:
+    if not rules.oversubscribed(m) or s.steps + 2 + s.trial_length + s.memory_steps > steps:
         return []
     before = torch.get_num_threads()
     return s.trial(

@@ -122,6 +122,12 @@ class Sampler:
 def read(session: object, m: object) -> None:
     """Fill `m`'s memory-over-time fields from the session's memory window."""
     w, sampler = session.named(MEMORY), getattr(session, "memory", None)
+    if not session.memory_steps:
+        m.unseen.append(
+            "memory over time: not watched (the steps the doctor was given leave no room for "
+            f"its {MEMORY_STEPS}-step window; the command line: --steps 20 or more)"
+        )
+        return
     if w is None or sampler is None or len(sampler.samples) < 3:
         m.unseen.append(
             f"memory over time: the loop ended before the memory window's {MEMORY_STEPS} steps"

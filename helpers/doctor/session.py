@@ -85,6 +85,7 @@ class Session:
         trials: Callable[[Session], list[Window]] | None = None,
         on_done: Callable[[], None] | None = None,
         workers: int | None = 0,
+        memory: int = MEMORY_STEPS,  # the memory window's steps; 0: memory over time not watched
     ) -> None:
         # the DataLoader workers the warm-up covers; None: the child processes alive at the
         # first step (the command line, where the loader is not in hand)
@@ -103,6 +104,7 @@ class Session:
         self.workers_seen, self.mem_peak, self.rates = 0, 0.0, None
         self.other_steps: dict[str, int] = {}  # steps of optimizers other than the first
         self.memory: Sampler | None = None  # the memory window's instrument, once it opens
+        self.memory_steps = memory
 
     def named_window(self, name: str) -> Window:
         """One of the MEASURING windows, by name (complete or not: see `named`)."""
@@ -185,7 +187,10 @@ class Session:
         if w.name == "counted":
             if self.plan_trials is not None:
                 self.windows += self.plan_trials(self)
-            self.windows.append(Window(MEMORY, MEMORY_STEPS, self._start_memory, self._stop_memory))
+            if self.memory_steps:
+                self.windows.append(
+                    Window(MEMORY, self.memory_steps, self._start_memory, self._stop_memory)
+                )
         self.index += 1
         if self.index == len(self.windows):
             self.close()
