@@ -796,3 +796,23 @@ def test_the_command_line_leaves_room_for_the_memory_window_or_says_it_did_not()
     memory.read(types.SimpleNamespace(named=lambda _: None, memory=None, memory_steps=0), mm)
     assert f"--steps {cli.MIN_STEPS + cli.MEMORY_WINDOW} or more" in mm.unseen[-1]
     assert mm.memory_slope is None and rules.memory_growth(mm) is None
+
+
+def test_where_the_device_counts_its_allocations_the_samples_are_its_count(monkeypatch):
+    """A GPU's allocator counts every tensor it holds: the trend reads that count (faked here:
+    a CPU stands in for a CUDA device), the dispatch mode only names the lines."""
+    from helpers.doctor import memory
+
+    held = iter([1e6 + 2**20 * i for i in range(memory.MEMORY_STEPS)])
+    monkeypatch.setattr(memory.devices, "has_peak_memory_counter", lambda _: True)
+    monkeypatch.setattr(memory.devices, "memory_allocated", lambda _: next(held))
+    s = memory.Sampler(torch.device("cpu"))
+    s.enter()
+    try:
+        for _ in range(memory.MEMORY_STEPS):
+            s.sample()
+    finally:
+        s.exit()
+    slope, _, error = memory.trend(s.samples)
+    assert slope == pytest.approx(2**20) and memory.growing(slope, error)
+    assert "memory_allocated" in s.source
