@@ -56,6 +56,8 @@ helpers.doctor: the bottleneck doctor, a product of its own (`doctor.watch(loade
   text            the diagnosis in words
   cli             the shell form: a script run unmodified, stopped, and cleaned up
   whatif          --what-if: the script re-run with the top finding's setting changed
+  memory          memory over time: the bytes held at each step's end, their slope, who made them
+  compare         `compare BEFORE.json AFTER.json`: the step change against its noise band
 """
 
 __version__ = "0.2.0"

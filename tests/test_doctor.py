@@ -680,7 +680,7 @@ def test_a_loop_that_ends_as_a_window_opens_leaves_no_instrument_running():
 
     net = nn.Linear(4, 1)
     opt = torch.optim.SGD(net.parameters(), lr=0.01)
-    for steps in (4, 5):  # 4: the profiled window just opened; 5: the counted one
+    for steps in (4, 5, 6):  # the profiled window just opened; the counted one; the memory one
         s = Session(warmup=1, timed=3, profiled=1, counted=1, seconds=0.0).start()
         try:
             for _ in range(steps):
@@ -722,3 +722,144 @@ def test_an_overhead_estimate_past_the_step_is_not_printed_as_a_share_of_it():
     assert "= 50 % of the 10.00 ms fastest step" in within.evidence
     assert "= 15.00 ms, at least the whole 10.00 ms fastest step" in past.evidence
     assert past.share == 1.0
+
+
+# --- memory over time ----------------------------------------------------------------------
+
+
+def feature_bank(detach: bool) -> doctor.Watch:
+    """A loop that keeps each step's features for a later metric: with their graph (the batch
+    the first layer saved, 256 KiB a step) or detached (the 4 KiB features alone)."""
+    torch.set_num_threads(1)
+    net = nn.Sequential(nn.Linear(1024, 16), nn.ReLU(), nn.Linear(16, 10))
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    bank = []
+    w = doctor.watch(batched(8192, 1024, 64), quiet=True, timed=3, what_if=False)
+    for X, y in w:
+        features = net[:2](X)
+        bank.append(features.detach() if detach else features)  # the line blamed
+        loss = F.cross_entropy(net(X), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return w
+
+
+def test_features_kept_with_their_graph_grow_and_are_named_first_with_the_line():
+    from helpers.doctor.memory import GROWTH_FLOOR, MEMORY_STEPS
+
+    w = feature_bank(detach=False)
+    m = w.measured
+    assert kinds(w)[0] == "memory-growth" and "compute-bound" not in kinds(w), w.findings
+    assert len(m.memory_samples) == MEMORY_STEPS and m.memory_slope >= GROWTH_FLOOR
+    f = w.findings[0]
+    assert ".detach()" in f.fix and ".item()" in f.fix and "del " in f.fix
+    here = Path(__file__).name
+    assert all(s["where"].startswith(f"{here}:") for s in m.memory_sites), m.memory_sites
+    assert f"{here}:" in f.evidence and "MiB a step" in f.evidence
+    assert "memory peak" in doctor.render(m, w.findings) or m.memory_peak is None
+
+
+def test_detached_features_do_not_grow_past_the_floor():
+    w = feature_bank(detach=True)
+    assert "memory-growth" not in kinds(w), w.findings
+    assert w.measured.memory_slope is not None and w.measured.memory_slope >= 0
+
+
+def test_the_trend_is_a_least_squares_slope_against_its_scatter():
+    from helpers.doctor.memory import GROWTH_FLOOR, growing, trend
+
+    slope, spread, error = trend([10.0 + 3 * i for i in range(8)])
+    assert slope == pytest.approx(3.0) and spread == pytest.approx(0.0, abs=1e-9)
+    assert growing(GROWTH_FLOOR, 0.0) and not growing(GROWTH_FLOOR - 1, 0.0)
+    wobble = [0.0, 1.0] * 4  # up and down by a MiB: a slope, but inside its own scatter
+    slope, spread, error = trend([2**20 * v for v in wobble])
+    assert slope > 0 and not growing(slope, error)
+
+
+def test_while_memory_grows_there_is_no_all_clear():
+    from helpers.doctor.memory import GROWTH_FLOOR
+
+    grows = dict(memory_samples=[0.0] * 8, memory_slope=GROWTH_FLOOR, memory_slope_error=0.0)
+    assert [f.kind for f in rules.diagnose(m(wait_s=0.0001))] == ["compute-bound"]
+    assert [f.kind for f in rules.diagnose(m(wait_s=0.0001, **grows))] == ["memory-growth"]
+    found = rules.diagnose(m(wait_s=0.005, **grows))  # first, above a measured 50 % cost
+    assert [f.kind for f in found] == ["memory-growth", "input-bound"]
+    assert "line that made them was not seen" in found[0].evidence
+    slow = rules.diagnose(m(wait_s=0.0001, **{**grows, "memory_slope": GROWTH_FLOOR - 1}))
+    assert [f.kind for f in slow] == ["compute-bound"]
+
+
+# --- compare: two reports, before and after ------------------------------------------------
+
+
+def report_file(tmp_path: Path, name: str, **kw) -> Path:
+    mm = m(**kw)
+    path = tmp_path / name
+    path.write_text(json.dumps(rules.as_dict(mm, rules.diagnose(mm))))
+    return path
+
+
+def test_compare_inside_the_band_is_no_measurable_change(tmp_path, capsys):
+    from helpers.doctor import compare
+
+    before = report_file(tmp_path, "a.json", wait_s=0.005, step_spread_s=0.002)
+    after = report_file(tmp_path, "b.json", step_s=0.0105, wait_s=0.005, step_spread_s=0.001)
+    assert compare.main([str(before), str(after)]) == 0
+    out = capsys.readouterr().out
+    assert "no measurable change (+5 %" in out and "+-20 %" in out  # the spread: 2 of 10 ms
+    assert "findings appeared: none" in out and "findings gone: none" in out
+
+
+def test_compare_names_a_2x_faster_step_and_the_findings_that_changed(tmp_path, capsys):
+    from helpers.doctor import compare
+
+    before = report_file(tmp_path, "a.json", wait_s=0.005, step_spread_s=0.0005)
+    after = report_file(tmp_path, "b.json", step_s=0.005, wait_s=0.00001, step_spread_s=0.0002)
+    assert compare.main([str(before), str(after)]) == 0
+    out = capsys.readouterr().out
+    assert "2.00x faster (-50 % step time)" in out and "+-10 %" in out  # the floor
+    assert "findings appeared: compute-bound" in out and "findings gone: input-bound" in out
+    c = compare.compare(json.loads(before.read_text()), json.loads(after.read_text()))
+    assert c["measurable"] and c["gone"] == ["input-bound"]
+
+
+def test_compare_from_the_command_line_and_on_a_file_that_is_no_report(tmp_path):
+    before = report_file(tmp_path, "a.json", wait_s=0.005)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"schema": rules.SCHEMA, "error": "the script failed"}))
+    cmd = [sys.executable, "-m", "helpers.doctor", "compare"]
+    ok = subprocess.run([*cmd, str(before), str(before)], cwd=ROOT, capture_output=True, text=True)
+    assert ok.returncode == 0 and "no measurable change (+0 %" in ok.stdout, ok.stderr
+    no = subprocess.run([*cmd, str(before), str(bad)], cwd=ROOT, capture_output=True, text=True)
+    assert no.returncode == 2 and "no diagnosis to compare (the script failed)" in no.stderr
+
+
+def test_the_command_line_leaves_room_for_the_memory_window_or_says_it_did_not():
+    from helpers.doctor import cli, memory
+
+    assert cli.MEMORY_WINDOW == memory.MEMORY_STEPS  # the shell form's copy (it skips torch)
+    mm = m()
+    memory.read(types.SimpleNamespace(named=lambda _: None, memory=None, memory_steps=0), mm)
+    assert f"--steps {cli.MIN_STEPS + cli.MEMORY_WINDOW} or more" in mm.unseen[-1]
+    assert mm.memory_slope is None and rules.memory_growth(mm) is None
+
+
+def test_where_the_device_counts_its_allocations_the_samples_are_its_count(monkeypatch):
+    """A GPU's allocator counts every tensor it holds: the trend reads that count (faked here:
+    a CPU stands in for a CUDA device), the dispatch mode only names the lines."""
+    from helpers.doctor import memory
+
+    held = iter([1e6 + 2**20 * i for i in range(memory.MEMORY_STEPS)])
+    monkeypatch.setattr(memory.devices, "has_peak_memory_counter", lambda _: True)
+    monkeypatch.setattr(memory.devices, "memory_allocated", lambda _: next(held))
+    s = memory.Sampler(torch.device("cpu"))
+    s.enter()
+    try:
+        for _ in range(memory.MEMORY_STEPS):
+            s.sample()
+    finally:
+        s.exit()
+    slope, _, error = memory.trend(s.samples)
+    assert slope == pytest.approx(2**20) and memory.growing(slope, error)
+    assert "memory_allocated" in s.source

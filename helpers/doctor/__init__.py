@@ -8,11 +8,14 @@ In a notebook::
 
 From a shell (the script unmodified, stopped after its steps)::
 
-    python -m helpers.doctor --steps 30 --timeout 300 [--json] script.py [script args...]
+    python -m helpers.doctor --steps 40 --timeout 300 [--json] script.py [script args...]
+
+    python -m helpers.doctor compare before.json after.json   # two reports: did it help?
 
 Modules: session (the engine: windows of optimizer steps), counting (the dispatch-level
-counter), profiled (reading the windows and the machine's rates), rules (thresholds and
-findings), watcher (the in-notebook form), text (the words), cli (the shell form).
+counter), profiled (reading the windows and the machine's rates), memory (memory over time),
+rules (thresholds and findings), watcher (the in-notebook form), text (the words), cli (the
+shell form), compare (two reports, before and after).
 """
 
 from importlib import import_module

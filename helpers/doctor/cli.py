@@ -13,6 +13,11 @@ measured, how many steps it saw of how many it needs, and how to get a diagnosis
 "findings": [{kind, evidence, share, fix, notebook, predicted_speedup, predicted_samples_per_s,
 rule}, ...], "what_if"}, findings ranked by share of step time (null share: counted, not costed),
 or {"schema", "error"} with a non-zero status.
+
+`python -m helpers.doctor compare BEFORE.json AFTER.json` compares two such reports of the same
+loop, before and after a change: the step-time change with its noise band (the larger of the
+two reports' step spreads and a 10 % run-to-run floor; inside it: "no measurable change"), the
+findings that appeared or went away, and the shares that moved.
 """
 
 from __future__ import annotations
@@ -39,6 +44,9 @@ if TYPE_CHECKING:
     from .session import Session
 
 MIN_STEPS = 12  # warm-up 2, timed >= 3 (+ margin), profiled 2, counted 2
+# Steps of the memory window (memory over time; memory.MEMORY_STEPS, not imported here: the shell
+# form starts without torch), watched when --steps leaves room for it beside MIN_STEPS.
+MEMORY_WINDOW = 8
 # Log lines of PyTorch's runtime, not of the script: Kineto's ("ERROR:2026-11-28 09:01:09
 # 9239:9239 File.cpp:39] ...") and glog's or torch logging's ("W1128 10:41:32.766000 26419
 # path/file.py:183] ..."). A script's own "ERROR: ..." line has neither shape and is kept.
@@ -56,10 +64,16 @@ PROCESSES = (
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m helpers.doctor", description=__doc__.split("\n\n")[1]
+        prog="python -m helpers.doctor",
+        description=__doc__.split("\n\n")[1],
+        epilog=" ".join(__doc__.split("\n\n")[3].split()),
     )
     p.add_argument(
-        "--steps", type=int, default=30, help=f"optimizer steps to watch (>= {MIN_STEPS})"
+        "--steps",
+        type=int,
+        default=40,
+        help=f"optimizer steps to watch (>= {MIN_STEPS}; memory over time from "
+        f"{MIN_STEPS + MEMORY_WINDOW})",
     )
     p.add_argument(
         "--timeout", type=float, default=300.0, help="seconds before the script is ended"
@@ -96,6 +110,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["compare"]:  # the subcommand: two reports, no script run
+        from .compare import main as compare
+
+        return compare(args[1:])
     a = parse(argv)
     # With --json, stdout is the JSON alone: the script's own output goes to stderr.
     result = _diagnose(a, sys.stderr if a.json else None)
@@ -216,9 +235,12 @@ def child(out: Path, steps: int, script: str, args: list[str]) -> None:
     whatif.apply_in_child()  # --what-if's change, before the script builds anything
 
     # --steps bounds the run: windows counted in steps only (the notebook form also asks for
-    # time); the threads what-if times as many steps as the timed window (equal work)
+    # time); the threads what-if times as many steps as the timed window (equal work); the
+    # memory window comes out of the steps first, where they leave room for it
+    memory = MEMORY_WINDOW if steps >= MIN_STEPS + MEMORY_WINDOW else 0
     session = Session(
-        timed=max(3, (steps - 8) // 2),
+        timed=max(3, (steps - 8 - memory) // 2),
+        memory=memory,
         trial_steps=None,
         seconds=0.0,
         workers=None,  # counted at the first step: the loader is not in hand
@@ -293,7 +315,7 @@ def _threads_trial(s: Session, steps: int) -> list:
     import torch
 
     m = s.measured()
-    if not rules.oversubscribed(m) or s.steps + 2 + s.trial_length > steps:
+    if not rules.oversubscribed(m) or s.steps + 2 + s.trial_length + s.memory_steps > steps:
         return []
     before = torch.get_num_threads()
     return s.trial(

@@ -48,6 +48,7 @@ NOTEBOOKS = {
     "device-bound, near its ceiling": "10_mixed_precision.ipynb",
     "device-bound, below its ceiling": "11b_compiler_and_cuda_graphs.ipynb",
     "no-tensor-cores": "11_fp32_fast_paths.ipynb",  # TF32: one line; bf16 autocast is 10
+    "memory-growth": "09_training_memory.ipynb",
 }
 # A busy device: nothing to fix in the loop; what is left, by how near its ceiling it runs.
 DEVICE_FIXES = {
@@ -59,6 +60,8 @@ DEVICE_FIXES = {
     "(fusion by torch.compile, channels_last, bf16) or a faster device",
 }
 DEVICE_BOUND = set(DEVICE_FIXES)
+# Findings ranked above every cost: a loop whose memory grows fails however fast it is.
+FIRST = ("memory-growth",)
 
 
 @dataclass
@@ -111,6 +114,17 @@ class Measured:
     steps_needed: int = 0  # optimizer steps the windows take: warm-up, timed, profiled, counted
     step_counting: str = ""  # how a step was counted, in words (the first optimizer's steps)
     not_measured: list[str] = field(default_factory=list)  # windows the loop ended before
+    # the timed window's step-to-step spread (interquartile range): `compare`'s noise band
+    step_spread_s: float | None = None
+    # memory over time (helpers/doctor/memory.py): the bytes held at each of the memory window's
+    # step ends, their least-squares slope per step, the residual spread, the slope's standard
+    # error, what was sampled, and the lines whose tensors survived the window
+    memory_samples: list[float] = field(default_factory=list)
+    memory_slope: float | None = None
+    memory_spread: float | None = None
+    memory_slope_error: float | None = None
+    memory_source: str = ""
+    memory_sites: list[dict] = field(default_factory=list)
 
     @property
     def throughput_step_s(self) -> float:
@@ -410,7 +424,46 @@ def no_tensor_cores(m: Measured) -> Finding | None:
     )
 
 
+MEMORY_FIX = (
+    "keep values, not graphs: .detach() what you keep for later (bank.append(feats.detach()), "
+    "moved to the CPU if it is large), .item() a number when you log it (every k steps), and "
+    "del what you no longer need"
+)
+
+
+def memory_growth(m: Measured) -> Finding | None:
+    """The memory held at each step's end grows: the run will end in an out-of-memory error
+    however fast its steps are, so it is named first and no all-clear is given beside it."""
+    from .memory import GROWTH_FLOOR, SIGNIFICANCE, growing
+
+    if m.memory_slope is None or not growing(m.memory_slope, m.memory_slope_error or 0.0):
+        return None
+    mib = 2**20
+    where = (
+        "; tensors still alive from earlier steps were made at "
+        + ", ".join(
+            f"{s['where']} ({s['bytes'] / mib:.2f} MiB from {s['steps']} steps)"
+            for s in m.memory_sites
+        )
+        if m.memory_sites
+        else "; the line that made them was not seen (tensors made outside the dispatcher, "
+        "or freed and replaced by others)"
+    )
+    return Finding(
+        "memory-growth",
+        f"memory grows {m.memory_slope / mib:.2f} MiB a step (least-squares slope over "
+        f"{len(m.memory_samples)} steps, residual spread {(m.memory_spread or 0.0) / mib:.3f} "
+        f"MiB; {m.memory_source}){where}",
+        None,
+        MEMORY_FIX,
+        NOTEBOOKS["memory-growth"],
+        rule=f"slope >= {GROWTH_FLOOR // 2**10} KiB a step and > {SIGNIFICANCE:g} standard "
+        "errors of the slope",
+    )
+
+
 RULES = (
+    memory_growth,
     input_bound,
     workers_cannot_import,
     sync_bound,
@@ -504,9 +557,13 @@ def findings(m: Measured) -> list[Finding]:
             f"; but the fix, tried on this loop, made it slower ({f.predicted_speedup:.2f}x):"
             " it does not pay here"
         )
-    if (busy := device_bound(m)) is not None:
-        found.append(busy)
-    return sorted(found, key=lambda f: (refuted(f), f.share is None, -(f.share or 0.0)))
+    if not any(f.kind in FIRST for f in found):  # memory grows: no all-clear
+        if (busy := device_bound(m)) is not None:
+            found.append(busy)
+    return sorted(
+        found,
+        key=lambda f: (f.kind not in FIRST, refuted(f), f.share is None, -(f.share or 0.0)),
+    )
 
 
 def as_dict(m: Measured, found: list[Finding]) -> dict:

@@ -6,7 +6,8 @@ write; a second optimizer, a GAN's, is ignored; LBFGS's closure runs inside one 
 steps go through windows, one after the other, so that no window's instrument is in another's
 timings: warm-up, timed (nothing but a clock), profiled (`torch.profiler`: data wait, device
 busy, sync stalls), counted (dispatch modes: syncs, ops, FLOPs, the hot ops' dtypes), then the
-what-if trials a form asks for (each with its own warm-up).
+what-if trials a form asks for (each with its own warm-up), then memory (the memory held at each
+step's end, for its trend: last, so that it sees the loop as it is, and in no timing).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from .. import devices, processes
 from ..diagnose import profiler_activities
 from .counting import OpCounter
+from .memory import MEMORY, MEMORY_STEPS, Sampler
 from .rules import Measured, Trial
 
 # Warm-up steps per DataLoader worker: a worker's start (a process, its first batches) is no
@@ -59,6 +61,15 @@ class Window:
 MEASURING = ("warmup", "timed", "profiled", "counted")  # the windows every session runs first
 
 
+def spread(times: list[float]) -> float:
+    """The timed window's step-to-step spread: the interquartile range (a stray slow step, a
+    neighbour's burst, moves it less than a standard deviation)."""
+    if len(times) < 2:
+        return 0.0
+    q1, _, q3 = statistics.quantiles(times, n=4)
+    return q3 - q1
+
+
 class Session:
     """Counts steps of the first optimizer and moves them through the windows."""
 
@@ -74,6 +85,7 @@ class Session:
         trials: Callable[[Session], list[Window]] | None = None,
         on_done: Callable[[], None] | None = None,
         workers: int | None = 0,
+        memory: int = MEMORY_STEPS,  # the memory window's steps; 0: memory over time not watched
     ) -> None:
         # the DataLoader workers the warm-up covers; None: the child processes alive at the
         # first step (the command line, where the loader is not in hand)
@@ -91,6 +103,8 @@ class Session:
         self.prof = self.counter = self.flops = None
         self.workers_seen, self.mem_peak, self.rates = 0, 0.0, None
         self.other_steps: dict[str, int] = {}  # steps of optimizers other than the first
+        self.memory: Sampler | None = None  # the memory window's instrument, once it opens
+        self.memory_steps = memory
 
     def named_window(self, name: str) -> Window:
         """One of the MEASURING windows, by name (complete or not: see `named`)."""
@@ -98,8 +112,8 @@ class Session:
 
     @property
     def trial_windows(self) -> list[Window]:
-        """The what-ifs' windows, planned after the counted window."""
-        return self.windows[len(MEASURING) :]
+        """The what-ifs' windows, planned after the counted window (the memory window is none)."""
+        return [w for w in self.windows[len(MEASURING) :] if w.name != MEMORY]
 
     @property
     def window(self) -> Window | None:
@@ -143,6 +157,8 @@ class Session:
             w.t0 = self.last
         w.times.append(now - self.last)
         w.waits.append(self.wait)
+        if w.name == MEMORY and self.memory is not None:
+            self.memory.sample()
         self.steps, self.wait = self.steps + 1, 0.0
         if len(w.times) >= w.steps and now - w.t0 >= w.seconds:
             self._next_window(w)
@@ -168,8 +184,13 @@ class Session:
         if w.exit is not None:
             w.exit()
         self._sample_memory()
-        if w.name == "counted" and self.plan_trials is not None:
-            self.windows += self.plan_trials(self)
+        if w.name == "counted":
+            if self.plan_trials is not None:
+                self.windows += self.plan_trials(self)
+            if self.memory_steps:
+                self.windows.append(
+                    Window(MEMORY, self.memory_steps, self._start_memory, self._stop_memory)
+                )
         self.index += 1
         if self.index == len(self.windows):
             self.close()
@@ -222,6 +243,13 @@ class Session:
         self.flops.__exit__(None, None, None)
         self.quiet.__exit__(None, None, None)
 
+    def _start_memory(self) -> None:
+        self.memory = Sampler(self.device)
+        self.memory.enter()
+
+    def _stop_memory(self) -> None:
+        self.memory.exit()
+
     def _sample_memory(self) -> None:
         if self.device is not None and self.device.type == "cuda":
             self.mem_peak = float(torch.cuda.max_memory_allocated(self.device))
@@ -258,12 +286,13 @@ class Session:
                 f"the doctor saw {self.steps} optimizer steps; it needs "
                 f"{sum(self.named_window(n).steps for n in MEASURING[:2])} for a timing"
             )
-        from . import profiled
+        from . import memory, profiled
 
         m = Measured(
             device=str(self.device.type if self.device is not None else "cpu"),
             step_s=statistics.median(timed.times),
             mean_step_s=(timed.t1 - timed.t0) / len(timed.times),
+            step_spread_s=spread(timed.times),
             best_step_s=min(timed.times),
             steps=self.steps,
             batch_size=batch_size,
@@ -277,6 +306,7 @@ class Session:
         if loader is not None:  # the in-notebook form timed next() itself, in the timed window
             m.wait_s = statistics.median(timed.waits)
         profiled.read(self, m)
+        memory.read(self, m)
         for w in self.trial_windows:
             if not w.warmup and w.t1:
                 step = (w.t1 - w.t0) / len(w.times)  # a speed: the mean, as throughput_step_s

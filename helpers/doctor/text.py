@@ -35,6 +35,11 @@ def render(m: Measured, findings: list[Finding]) -> str:
         lines.append(
             f"  memory peak {m.memory_peak / 2**30:.2f} GiB of {m.memory_total / 2**30:.1f} GiB"
         )
+    if m.memory_slope is not None:
+        lines.append(
+            f"  memory over {len(m.memory_samples)} steps: {m.memory_slope / 2**20:+.3f} MiB a "
+            f"step (least squares; residual spread {(m.memory_spread or 0.0) / 2**20:.3f} MiB)"
+        )
     if inconclusive(m):
         lines += [
             f"INCONCLUSIVE: the loop took {m.steps} optimizer steps of the {m.steps_needed} the "
