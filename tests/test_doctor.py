@@ -781,13 +781,14 @@ def test_while_memory_grows_there_is_no_all_clear():
     from helpers.doctor.memory import GROWTH_FLOOR
 
     grows = dict(memory_samples=[0.0] * 8, memory_slope=GROWTH_FLOOR, memory_slope_error=0.0)
-    assert [f.kind for f in rules.diagnose(m(wait_s=0.0001))] == ["compute-bound"]
-    assert [f.kind for f in rules.diagnose(m(wait_s=0.0001, **grows))] == ["memory-growth"]
-    found = rules.diagnose(m(wait_s=0.005, **grows))  # first, above a measured 50 % cost
+    busy = dict(wait_s=0.0001, ops_per_step=10, dispatch_s=1e-6)  # the device bounds the loop
+    assert [f.kind for f in rules.findings(m(**busy))] == ["device-bound"]
+    assert [f.kind for f in rules.findings(m(**busy, **grows))] == ["memory-growth"]
+    found = rules.findings(m(**{**busy, "wait_s": 0.005}, **grows))  # first, above a 50 % cost
     assert [f.kind for f in found] == ["memory-growth", "input-bound"]
     assert "line that made them was not seen" in found[0].evidence
-    slow = rules.diagnose(m(wait_s=0.0001, **{**grows, "memory_slope": GROWTH_FLOOR - 1}))
-    assert [f.kind for f in slow] == ["compute-bound"]
+    slow = rules.findings(m(**busy, **{**grows, "memory_slope": GROWTH_FLOOR - 1}))
+    assert [f.kind for f in slow] == ["device-bound"]
 
 
 # --- compare: two reports, before and after ------------------------------------------------
@@ -796,7 +797,7 @@ def test_while_memory_grows_there_is_no_all_clear():
 def report_file(tmp_path: Path, name: str, **kw) -> Path:
     mm = m(**kw)
     path = tmp_path / name
-    path.write_text(json.dumps(rules.as_dict(mm, rules.diagnose(mm))))
+    path.write_text(json.dumps(rules.as_dict(mm, rules.findings(mm))))
     return path
 
 
@@ -815,11 +816,19 @@ def test_compare_names_a_2x_faster_step_and_the_findings_that_changed(tmp_path, 
     from helpers.doctor import compare
 
     before = report_file(tmp_path, "a.json", wait_s=0.005, step_spread_s=0.0005)
-    after = report_file(tmp_path, "b.json", step_s=0.005, wait_s=0.00001, step_spread_s=0.0002)
+    after = report_file(
+        tmp_path,
+        "b.json",
+        step_s=0.005,
+        wait_s=0.00001,
+        step_spread_s=0.0002,
+        ops_per_step=10,
+        dispatch_s=1e-6,
+    )
     assert compare.main([str(before), str(after)]) == 0
     out = capsys.readouterr().out
     assert "2.00x faster (-50 % step time)" in out and "+-10 %" in out  # the floor
-    assert "findings appeared: compute-bound" in out and "findings gone: input-bound" in out
+    assert "findings appeared: device-bound" in out and "findings gone: input-bound" in out
     c = compare.compare(json.loads(before.read_text()), json.loads(after.read_text()))
     assert c["measurable"] and c["gone"] == ["input-bound"]
 
