@@ -111,3 +111,32 @@ def test_the_budgets_add_up():
         assert sum(e[BUDGET[gpu]] for e in ENTRIES.values()) <= total, gpu
     assert all(e["budget_seconds_t4"] <= 180 for e in ENTRIES.values())
     assert KERNEL_START * len(ENTRIES) < 480  # the kernel starts alone leave room for the work
+
+
+def test_a_step_is_built_only_when_it_is_timed(monkeypatch):
+    """`make_step` runs at the calibration's first (warm-up) call, once; never in smoke."""
+    built, ran = [], []
+
+    def make_step():
+        built.append(1)
+        return lambda: ran.append(1)
+
+    smoke = profiles.Profile("smoke")
+    assert smoke.steps(make_step=make_step, seconds=1, smoke=2, full=9, what="w") == 2
+    assert not built and smoke.plan[0]["step_seconds"] is None
+    gpu = profiles.Profile("gpu")
+    assert gpu.steps(make_step=make_step, seconds=1, smoke=2, full=9, what="w", runs=3) >= 2
+    assert built == [1] and len(ran) == 4  # one warm-up and three timed calls of one step
+    with pytest.raises(TypeError, match="one function"):
+        gpu.steps(lambda: None, make_step=make_step, seconds=1, smoke=2, full=9, what="w")
+
+
+def test_the_plan_counts_the_runs_the_calibration_and_the_lower_bound():
+    P = profiles.Profile("gpu")
+    kw = dict(seconds=1.0, smoke=4, full=100, what="t")
+    assert P.steps(lambda: None, step_seconds=0.1, runs=6, **kw) == 10
+    assert P.planned_seconds() == pytest.approx(10 * 6 * 0.1)  # stated: no calibration steps
+    assert P.steps(lambda: None, step_seconds=2.0, **kw) == 4  # the smoke count: the floor
+    assert P.steps(lambda: None, step_seconds=2.0, least=1, **kw) == 1  # a slow device: fewer
+    with pytest.raises(ValueError, match="least must be in 1..smoke"):
+        P.steps(lambda: None, step_seconds=2.0, least=5, **kw)
