@@ -34,6 +34,8 @@ STEP_SECONDS = {
     "training steps per epoch": {"t4": 0.15, "h100": 0.020},
     # a small model's step with one .item() (notebook 07's sync loop): launches, then a sync
     "steps per sync loop": {"t4": 0.004, "h100": 0.002},
+    # notebook 08: a CPU's full-batch step of a 64-wide MLP on 50,600 rows (2 vCPUs; a 16-core box)
+    "full-batch regression steps per timed run": {"t4": 0.004, "h100": 0.002},
 }
 # Stated one-off costs outside the timed loops (compiling, building data, starting workers)
 ONE_OFF = {
@@ -140,3 +142,12 @@ def test_the_plan_counts_the_runs_the_calibration_and_the_lower_bound():
     assert P.steps(lambda: None, step_seconds=2.0, least=1, **kw) == 1  # a slow device: fewer
     with pytest.raises(ValueError, match="least must be in 1..smoke"):
         P.steps(lambda: None, step_seconds=2.0, least=5, **kw)
+
+
+@pytest.mark.parametrize("file", sorted(ENTRIES))
+def test_every_sized_loop_is_in_the_plan(file):
+    """A cell that sizes a timed loop by time is tagged "sizing", so the budget test counts it."""
+    nb = json.loads((NOTEBOOKS / file).read_text())
+    for c in nb["cells"]:
+        if c["cell_type"] == "code" and "P.steps(" in "".join(c["source"]):
+            assert "sizing" in c.get("metadata", {}).get("tags", []), (file, c["source"][:3])
