@@ -67,6 +67,7 @@ class Profile:
     name: str
     shrunk: list[str] = field(default_factory=list)
     sized: list[str] = field(default_factory=list)
+    plan: list[dict[str, Any]] = field(default_factory=list)  # each timed loop `steps` sized
 
     def __post_init__(self) -> None:
         if self.name not in PROFILES:
@@ -94,20 +95,32 @@ class Profile:
 
     def steps(
         self,
-        step: Callable[[], object],
+        step: Callable[[], object] | None = None,
         *,
         seconds: float,
         smoke: int,
         full: int,
         what: str,
+        runs: int = 1,
+        least: int | None = None,
+        make_step: Callable[[], Callable[[], object]] | None = None,
         step_seconds: float | None = None,
     ) -> int:
         """How many steps of `step` the timed part runs: `smoke` or `full` in those profiles; in
-        the gpu profile as many as fill `seconds` on this device, between `smoke` and `full`.
+        the gpu profile as many as fill `seconds` on this device, between `least` (default: `smoke`)
+        and `full`.
 
         The count is fixed from the baseline's step time before anything is timed, and the
-        technique then runs the same count: equal work stays the rule. `step_seconds` states the
+        technique then runs the same count: equal work stays the rule. `runs`: how many times
+        the notebook runs that many steps (variants x repeats, warm-ups included), recorded in
+        `plan` with the count and step time so a budget can be checked. `make_step` instead of
+        `step`: a function that builds the step, called only when the step is timed (so nothing
+        is put on the device where the count needs no measurement). `step_seconds` states the
         step time instead of measuring it (tests, or a figure the notebook already measured)."""
+        if (step is None) == (make_step is None) or not callable(step or make_step):
+            raise TypeError("Profile.steps: give one function, step or make_step")
+        if not (isinstance(runs, int) and runs >= 1):
+            raise ValueError(f"Profile.steps: runs must be a whole number >= 1, got {runs!r}")
         if not (isinstance(seconds, (int, float)) and seconds > 0):
             raise ValueError(f"Profile.steps: seconds must be a positive number, got {seconds!r}")
         if not (isinstance(smoke, int) and isinstance(full, int) and 1 <= smoke <= full):
@@ -115,23 +128,64 @@ class Profile:
                 f"Profile.steps: smoke and full must be whole numbers with 1 <= smoke <= full, "
                 f"got smoke={smoke!r}, full={full!r}"
             )
+        least = smoke if least is None else least
+        if not (isinstance(least, int) and 1 <= least <= smoke):
+            raise ValueError(f"Profile.steps: least must be in 1..smoke, got {least!r}")
         if self.name != "gpu":
-            return self.pick(smoke=smoke, full=full, what=what)
+            count = self.pick(smoke=smoke, full=full, what=what)
+            self.plan.append(
+                {
+                    "what": what,
+                    "count": count,
+                    "runs": runs,
+                    "step_seconds": None,
+                    "calibration_steps": 0,
+                }
+            )
+            return count
         if step_seconds is None:
             from helpers import timing  # imports torch: only when a notebook sizes a step
 
+            if step is None:  # built on the first (untimed, warm-up) call
+                built: list[Callable[[], object]] = []
+
+                def step() -> object:
+                    if not built:
+                        built.append(make_step())
+                    return built[0]()
+
             step_seconds = timing.benchmark(step, repeats=3, warmup=1, label=what).median
+            timed = 4  # the calibration's own steps: one warm-up, three timed
+        else:
+            timed = 0
         if not (isinstance(step_seconds, (int, float)) and step_seconds > 0):
             raise ValueError(
                 f"Profile.steps: step_seconds must be a positive number, got {step_seconds!r}"
             )
-        count = min(full, max(smoke, math.floor(seconds / step_seconds)))
+        count = min(full, max(least, math.floor(seconds / step_seconds)))
         self.sized.append(
             f"{what}: {count} (one step took {step_seconds * 1e3:.3g} ms here, so about "
-            f"{count * step_seconds:.3g} s of the {seconds:g} s asked for; bounds {smoke}..{full})"
+            f"{count * step_seconds:.3g} s of the {seconds:g} s asked for; bounds {least}..{full})"
         )
         print(f"sized on this device: {self.sized[-1]}")  # before the long cell it sizes
+        self.plan.append(
+            {
+                "what": what,
+                "count": count,
+                "runs": runs,
+                "step_seconds": step_seconds,
+                "calibration_steps": timed,
+            }
+        )
         return count
+
+    def planned_seconds(self) -> float:
+        """Seconds of the work `steps` sized: count x runs x step time, and the calibration's
+        own steps, summed (the gpu profile; a count not sized by time is not counted)."""
+        return sum(
+            (p["count"] * p["runs"] + p["calibration_steps"]) * (p["step_seconds"] or 0)
+            for p in self.plan
+        )
 
     def describe(self) -> str:
         """Print (and return) which profile runs, what it changed and how it sized the steps."""
