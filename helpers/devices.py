@@ -526,3 +526,26 @@ def share(processes: int = 1) -> int:
     not running: notebook 06 ran 10x slower beside one busy program on 2 cores."""
     check_int("processes", processes, 1, where="share")
     return max(1, free_cores() // processes)
+
+
+def not_as_expected(
+    device: str | torch.device | None = None, *, sizes: str = "", found: str = ""
+) -> str:
+    """The line a printed expectation ends with when it fails: what about this machine could
+    explain it (its cores, its GPU's generation, the sizes run) before a busy machine, so a
+    reader learns something from a "no" instead of only rerunning. `found`: what came out."""
+    d = describe(device)
+    facts = [f"{usable_cores()} usable cores, {free_cores(0.1)} free now"]
+    if d.get("capability"):
+        facts.append(f"{d['name']}, compute capability {d['capability'][0]}.{d['capability'][1]}")
+    elif d["kind"] != "cpu":
+        facts.append(d["name"])
+    else:
+        facts.append("no GPU: the CPU runs the model too")
+    if sizes:
+        facts.append(f"sizes {sizes}")
+    head = f"no, {found}" if found else "no"
+    return (
+        f"{head} - this machine may explain it ({'; '.join(facts)}: fewer cores, an older GPU "
+        "or smaller sizes shrink the effect); else a busy machine: run it again"
+    )

@@ -21,13 +21,12 @@ TIMED = {
     "L4": ("in_ram_gain",),
     "L5": ("gain",),
     "L6": ("epoch_ratio", "feed_ratio"),
-    "L10": ("round_trip_vs_on_device",),
+    "L10": ("round_trip_share",),
     "L11": ("slowdown",),
     "L12": ("speedup",),
     "L13": ("gpu_vs_cpu_time",),
     "L15": ("less_time",),
     "L17": ("handoff_share",),
-    "L20": ("ratio",),
     "L22": ("code_gain",),
 }
 
@@ -47,7 +46,7 @@ PROBES = {
         lambda t: t["feed"],
         lambda t: {"on_gpu": True, "decodes_on_device": True, "epoch_ratio": 0.5 * t["epoch"]},
     ),
-    ("L10", "round_trip_vs_on_device"): (lambda t: t["ratio"], lambda t: {"on_gpu": True}),
+    ("L10", "round_trip_share"): (lambda t: t["share"], lambda t: {"on_gpu": True}),
     ("L11", "slowdown"): (lambda t: t["slower"], lambda t: {"on_gpu": True}),
     ("L12", "speedup"): (
         lambda t: t["speed"],
@@ -56,9 +55,11 @@ PROBES = {
     ("L13", "gpu_vs_cpu_time"): (lambda t: t["ratio"], lambda t: {"on_gpu": True}),
     ("L15", "less_time"): (lambda t: t["less"], lambda t: {"gpus": 2}),
     ("L17", "handoff_share"): (lambda t: t["handoff"], lambda t: {}),
-    ("L20", "ratio"): (lambda t: t["ratio"], lambda t: {}),
     # the code gain is compared with the hardware gain over the margin
-    ("L22", "code_gain"): (lambda t: 4.0 / t["margin"], lambda t: {"hardware_gain": 4.0}),
+    ("L22", "code_gain"): (
+        lambda t: 4.0 / t["margin"],
+        lambda t: {"hardware_gain": 4.0, "cost_ratio": 0.5 * t["cost"]},
+    ),
 }
 LONG = 10 * max(f for f, _ in WINDOW_FLOORS.values())  # well above every floor
 
@@ -130,7 +131,7 @@ def test_an_outcome_no_timing_decides_is_kept():
     """ "needs a GPU" stays, however short the window: no measured ratio decided it."""
     t = timed_at(1.0, 0.5, 3.0, window=1e-6)
     assert judge("L11", t, on_gpu=False, slowdown=t) == claims.GPU
-    assert judge("L10", None, on_gpu=False, round_trip_vs_on_device=None) == claims.GPU
+    assert judge("L10", None, on_gpu=False, round_trip_share=None) == claims.GPU
 
 
 def test_a_timing_that_does_not_match_is_refused():
@@ -215,7 +216,7 @@ def test_the_check_finds_a_judge_without_timing():
         'rec.judge("L5", gain=g, figure="x")',
         'rec.judge("L5", gain=g, timing=None, figure="x")',
         'rec.judge("L5", gain=g, timing=g, figure="x")',
-        'rec.judge("L10", on_gpu=False, round_trip_vs_on_device=None, figure="x")',
+        'rec.judge("L10", on_gpu=False, round_trip_share=None, figure="x")',
         'rec.judge("L2", added_vs_arithmetic=1, added_growth_mb=1, figure="x")',
     ]
     found = untimed_judges({i: ast.parse(c) for i, c in enumerate(cells)})

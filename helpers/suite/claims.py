@@ -121,11 +121,17 @@ class Rule:
     verdicts: tuple[str, ...]  # every outcome `decide` can return
     decide: Callable[..., str]  # decide(limits, **measured)
     timed: tuple[str, ...] = ()  # the measured quantities that are ratios of timed windows
+    flips: str = ""  # what would make it come out the other way on real hardware, in one line
 
     @property
     def threshold(self) -> str:
         """The rule in plain words with its thresholds filled in."""
         return self.text.format(**self.limits)
+
+    @property
+    def other_way(self) -> str:
+        """What would turn the outcome the other way, with the thresholds filled in."""
+        return self.flips.format(**self.limits)
 
 
 RULES: dict[str, Rule] = {}
@@ -139,14 +145,16 @@ def rule(
     limits: dict[str, float],
     verdicts: tuple[str, ...],
     timed: tuple[str, ...] = (),
+    flips: str = "",
 ) -> Callable:
     """Register the decorated function as `claim`'s `Rule.decide`; a second rule for one claim
-    raises (keeping the first in silence would judge with a rule nobody reads)."""
+    raises (keeping the first in silence would judge with a rule nobody reads). `flips`: what
+    would turn the outcome the other way, printed under every verdict so none looks fixed."""
     if claim in RULES:
         raise ValueError(f"rule: claim {claim!r} already has a rule ({RULES[claim].text!r})")
 
     def register(decide: Callable) -> Rule:
-        RULES[claim] = Rule(claim, kind, compares, text, limits, verdicts, decide, timed)
+        RULES[claim] = Rule(claim, kind, compares, text, limits, verdicts, decide, timed, flips)
         return RULES[claim]
 
     return register
@@ -277,6 +285,8 @@ def _tiers(x: float, hi: float, lo: float, only: str) -> str:
 # Run-to-run noise on a shared machine is several percent; ratios within 10 % of 1 are "no change".
 NOISE = "10 %: run-to-run noise"
 V, M = "verdict", "mechanism"
+# The kinds a loop built device-bound can read as (helpers.diagnose), named in L21's outcome.
+DEVICE_KINDS = ("gpu-bound", "launch-bound", "operator-bound", "not-input-bound")
 
 
 @rule(
@@ -290,6 +300,8 @@ V, M = "verdict", "mechanism"
     {"gain": 1.1, "past": 1.1},
     (NOT_HERE, HOLDS, "holds only when workers <= usable cores"),
     timed=("gain", "past_vs_within"),
+    flips="with a model whose step is far longer than a batch's loading, more workers cannot speed "
+    "the epoch: does not hold; with heavy per-sample decoding on many free cores: holds",
 )
 def _l1(t: dict, gain: float, past_vs_within: float | None) -> str:
     if gain < t["gain"]:
@@ -305,17 +317,23 @@ def _l1(t: dict, gain: float, past_vs_within: float | None) -> str:
     "L2",
     V,
     "physical memory loading added / workers x prefetch x batch bytes (the article's arithmetic); "
-    "its growth with the batch",
+    "its growth with the batch next to the added memory's spread over the run",
     "holds when the added memory is {low}x to {high}x the arithmetic (stated "
-    "tolerance); above {high}x and growing with the batch by > {growth_mb} "
-    "MB: holds only when read as a lower bound; else does not hold here",
-    {"low": 0.5, "high": 2, "growth_mb": 0},
+    "tolerance); above {high}x and growing with the batch by more than {spread}x the added "
+    "memory's spread (growth inside the spread is noise): holds only when read as a lower "
+    "bound; else does not hold here",
+    {"low": 0.5, "high": 2, "spread": 1},
     (HOLDS, "holds only when read as a lower bound", NOT_HERE),
+    flips="a larger batch (or larger images) makes the batches the bulk of the added memory: "
+    "holds; tiny batches leave only the workers' fixed cost: does not hold",
 )
-def _l2(t: dict, added_vs_arithmetic: float, added_growth_mb: float) -> str:
+def _l2(
+    t: dict, added_vs_arithmetic: float, added_growth_mb: float, added_spread_mb: float = 0.0
+) -> str:
     if t["low"] <= added_vs_arithmetic <= t["high"]:
         return HOLDS
-    if added_vs_arithmetic > t["high"] and added_growth_mb > t["growth_mb"]:
+    grew = added_growth_mb > max(t["spread"] * added_spread_mb, 0.0)
+    if added_vs_arithmetic > t["high"] and grew:
         return "holds only when read as a lower bound"
     return NOT_HERE
 
@@ -331,6 +349,8 @@ def _l2(t: dict, added_vs_arithmetic: float, added_growth_mb: float) -> str:
     {"copy": 2, "some": 1.1},
     (GPU, HOLDS, "holds only when the copy is large enough to be bandwidth-bound", NOT_HERE),
     timed=("copy_gain",),
+    flips="a batch too small to be bandwidth-bound (or a slow link that the launch does not hide) "
+    "shrinks the gain under {some}x: does not hold",
 )
 def _l3(t: dict, copy_gain: float | None) -> str:
     return (
@@ -357,6 +377,8 @@ def _l3(t: dict, copy_gain: float | None) -> str:
     {"gain": 1.2, "read": 0.25},
     (HOLDS, "holds only when reading, not the CPU, is the slow step", NOT_HERE),
     timed=("in_ram_gain",),
+    flips="files on a slow disk or network store (not the page cache) make reading the slow step: "
+    "holds; with decoding far costlier than reading the gain stays small",
 )
 def _l4(t: dict, in_ram_gain: float, read_share: float) -> str:
     if in_ram_gain >= t["gain"]:
@@ -371,12 +393,15 @@ def _l4(t: dict, in_ram_gain: float, read_share: float) -> str:
 @rule(
     "L5",
     V,
-    "epoch time with the resize in the per-epoch transform / on data resized once offline",
+    "epoch time, resize in the per-epoch transform / data resized once offline, each epoch "
+    "with the training step the preprocessing feeds",
     "holds when >= {gain}x (stated tolerance); >= {some}x: holds only when the "
     f"preprocessing is a large part of the epoch ({NOISE}); else does not hold here",
     {"gain": 1.5, "some": 1.1},
     (HOLDS, "holds only when the preprocessing is a large part of the epoch", NOT_HERE),
     timed=("gain",),
+    flips="with a model whose step is 10x this one, the resize is a few % of the epoch: "
+    "does not hold; with a cheap step and a costly resize: holds",
 )
 def _l5(t: dict, gain: float) -> str:
     return _tiers(
@@ -403,6 +428,8 @@ def _l5(t: dict, gain: float) -> str:
         NOT_HERE,
     ),
     timed=("epoch_ratio", "feed_ratio"),
+    flips="a heavy model whose step is the epoch's bulk caps the gain far below {epoch}x: does not "
+    "hold; a tiny model fed by few CPU cores: holds",
 )
 def _l6(
     t: dict, on_gpu: bool, decodes_on_device: bool, epoch_ratio: float, feed_ratio: float
@@ -427,6 +454,8 @@ def _l6(
     ">= {spread}x the seed-to-seed spread (stated tolerances); else does not hold here",
     {"drop": 0.01, "spread": 2},
     (REAL_DATA, HOLDS, NOT_HERE),
+    flips="a lower JPEG quality (more artefacts) or more seeds (a smaller spread) can show the "
+    "drop: holds; a quality near 95 hides it",
 )
 def _l7(t: dict, synthetic: bool, worst_mean_drop: float, seed_spread: float) -> str:
     return (
@@ -448,6 +477,8 @@ def _l7(t: dict, synthetic: bool, worst_mean_drop: float, seed_spread: float) ->
     "rounding over k sums) and BatchNorm's is > {differs} (stated tolerances)",
     {"equal": 1e-4, "differs": 1e-3},
     (SHOWN, NOT_SHOWN),
+    flips="none on real hardware: autograd sums gradients whatever the device; a broken "
+    "demonstration (float16, a non-linear loss scale) would not show it",
 )
 def _l8(t: dict, diff_mlp: float, diff_gn: float, diff_bn: float) -> str:
     return SHOWN if max(diff_mlp, diff_gn) < t["equal"] and diff_bn > t["differs"] else NOT_SHOWN
@@ -462,6 +493,7 @@ def _l8(t: dict, diff_mlp: float, diff_gn: float, diff_bn: float) -> str:
     "{kept}x what is kept after backward (stated tolerance)",
     {"kept": 10},
     (SHOWN, NOT_SHOWN),
+    flips="none on real hardware: autograd keeps the graph until backward by design",
 )
 def _l9(t: dict, graph_bytes: float, after_backward_bytes: float) -> str:
     return SHOWN if graph_bytes >= t["kept"] * max(after_backward_bytes, 1.0) else NOT_SHOWN
@@ -470,17 +502,20 @@ def _l9(t: dict, graph_bytes: float, after_backward_bytes: float) -> str:
 @rule(
     "L10",
     V,
-    "time of x.cpu().to(device) / x.clone() on the device: "
-    "the same bytes, a new device copy either way",
-    "holds when the round trip takes >= {ratio}x the on-device copy (stated tolerance; "
-    "a PCIe/C2C link is 10-100x slower than device memory); else does not hold here",
-    {"ratio": 2},
+    "time of x.cpu().to(device) for the step's activations / one training step of the model "
+    "that made them (does the round trip matter next to the work?); the link-vs-memory ratio "
+    "(round trip / a copy in device memory, 10-100x by the hardware) is shown, not judged",
+    "holds when one round trip takes >= {share} of a training step (stated tolerance: a "
+    "tenth of the step lost per round trip is expensive); else does not hold here",
+    {"share": 0.1},
     (GPU, HOLDS, NOT_HERE),
-    timed=("round_trip_vs_on_device",),
+    timed=("round_trip_share",),
+    flips="with a step 10x shorter than this one (a tiny model) or 10x more bytes moved, the "
+    "round trip is a large share of the step: holds; with a heavy step: does not hold",
 )
-def _l10(t: dict, on_gpu: bool, round_trip_vs_on_device: float | None) -> str:
-    r = round_trip_vs_on_device
-    return GPU if not on_gpu or r is None else HOLDS if r >= t["ratio"] else NOT_HERE
+def _l10(t: dict, on_gpu: bool, round_trip_share: float | None) -> str:
+    r = round_trip_share
+    return GPU if not on_gpu or r is None else HOLDS if r >= t["share"] else NOT_HERE
 
 
 @rule(
@@ -491,6 +526,8 @@ def _l10(t: dict, on_gpu: bool, round_trip_vs_on_device: float | None) -> str:
     {"slower": 1.1},
     (GPU, HOLDS, NOT_HERE),
     timed=("slowdown",),
+    flips="a loop whose step allocates little (or a caching allocator already holding nothing) "
+    "makes empty_cache nearly free: does not hold; many large short-lived tensors: holds",
 )
 def _l11(t: dict, on_gpu: bool, slowdown: float) -> str:
     return GPU if not on_gpu else HOLDS if slowdown >= t["slower"] else NOT_HERE
@@ -508,6 +545,8 @@ def _l11(t: dict, on_gpu: bool, slowdown: float) -> str:
     {"speed": 1.2, "memory": 1.3, "loss": 0.05},
     (GPU, HOLDS, "holds only when the model is large enough to be compute-bound", NOT_HERE),
     timed=("speedup",),
+    flips="a small model that is launch-bound (or a GPU without fast fp16 units) is not faster: "
+    "holds only when compute-bound; a larger model on tensor cores: holds",
 )
 def _l12(t: dict, on_gpu: bool, speedup: float, memory_ratio: float, loss_gap: float) -> str:
     if not on_gpu:
@@ -530,6 +569,7 @@ def _l12(t: dict, on_gpu: bool, speedup: float, memory_ratio: float, loss_gap: f
     {"ratio": 0.9},
     (GPU, HOLDS, NOT_HERE),
     timed=("gpu_vs_cpu_time",),
+    flips="a model 100x larger (or many more rows) makes the GPU faster: does not hold",
 )
 def _l13(t: dict, on_gpu: bool, gpu_vs_cpu_time: float | None) -> str:
     r = gpu_vs_cpu_time
@@ -546,6 +586,8 @@ def _l13(t: dict, on_gpu: bool, gpu_vs_cpu_time: float | None) -> str:
     "next to the weights for the gather to show)",
     {"imbalance": 1.1},
     (GPUS2, SHOWN, NOT_SHOWN),
+    flips="none on real hardware: DataParallel gathers on device 0 by design; outputs tiny next to "
+    "the weights hide the gather",
 )
 def _l14(
     t: dict, gpus: int, imbalance_outside: float | None, imbalance_inside: float | None
@@ -568,6 +610,8 @@ def _l14(
     {"less": 0.1},
     (GPUS2, HOLDS, NOT_HERE),
     timed=("less_time",),
+    flips="a model whose step dwarfs the per-step thread and copy overhead shrinks the gap under "
+    "{less}: does not hold; a small, fast step widens it",
 )
 def _l15(t: dict, gpus: int, less_time: float | None) -> str:
     return GPUS2 if gpus < 2 or less_time is None else HOLDS if less_time >= t["less"] else NOT_HERE
@@ -581,6 +625,7 @@ def _l15(t: dict, gpus: int, less_time: float | None) -> str:
     "shown when the strict load fails (no threshold: a fact of the design)",
     {},
     (SHOWN, NOT_SHOWN),
+    flips="none on real hardware: load_state_dict matches keys by design",
 )
 def _l16(t: dict, prefix_load_failed: bool) -> str:
     return SHOWN if prefix_load_failed else NOT_SHOWN
@@ -601,6 +646,9 @@ def _l16(t: dict, prefix_load_failed: bool) -> str:
     {"handoff": 0.02},
     (HOLDS, NOT_HERE),
     timed=("handoff_share",),
+    flips="stages 10x heavier (more compute per activation handed over) or a fast link put the "
+    "hand-off under {handoff} of the step: does not hold; wide activations on a slow link: "
+    "holds",
 )
 def _l17(t: dict, handoff_share: float) -> str:
     return HOLDS if handoff_share >= t["handoff"] else NOT_HERE
@@ -617,6 +665,9 @@ def _l17(t: dict, handoff_share: float) -> str:
     "{equal}) and the ranks' BN means differ by > {differs} (float32 noise; stated tolerances)",
     {"equal": 1e-4, "differs": 1e-6},
     ("holds (learning-rate part)", NOT_HERE, "mechanism shown (batch-norm part)", NOT_SHOWN),
+    flips="learning-rate half: a batch past the linear-scaling range (or a very short run) can make"
+    " the scaled lr diverge: does not hold; batch-norm half: none (per-device statistics are "
+    "DDP's design)",
 )
 def _l18(
     t: dict,
@@ -641,31 +692,37 @@ def _l18(
 
 @rule(
     "L19",
-    V,
+    M,
     "an odd-sized data-parallel job (3 processes) and an even control (2), same launcher, model "
-    "and backend: did each finish with identical replicas?",
-    "holds when the odd job fails and the even control finishes; both finish: does not hold "
-    "here; the even control fails too: inconclusive (the failure is not about the count)",
+    "and backend: did each finish with identical replicas? DDP's all-reduce has no rule about "
+    "the process count, so this shows the design, it tests no claim",
+    "shown when the odd job and the even control both finish with identical replicas; "
+    "a failure of either: mechanism not shown here (its message names a cause other than the "
+    "count)",
     {},
-    (HOLDS, NOT_HERE, "inconclusive: the even-count control failed too"),
+    (SHOWN, NOT_SHOWN),
+    flips="none on real hardware: DDP's all-reduce has no rule about the process count; an odd "
+    "job fails only for another reason (memory, a data split), which the even control shows",
 )
 def _l19(t: dict, odd_world_finished: bool, even_world_finished: bool) -> str:
-    inconclusive = "inconclusive: the even-count control failed too"
-    return inconclusive if not even_world_finished else NOT_HERE if odd_world_finished else HOLDS
+    return SHOWN if odd_world_finished and even_world_finished else NOT_SHOWN
 
 
 @rule(
     "L20",
-    V,
-    "loss + gradient time, Python loop / vectorised (same values asserted)",
-    "holds when >= {ratio}x (half the article's ~100x); >= {some}x: holds only when "
-    "the loop runs over many elements (stated tolerance); else does not hold here",
-    {"ratio": 50, "some": 5},
-    (HOLDS, "holds only when the loop runs over many elements", NOT_HERE),
-    timed=("ratio",),
+    M,
+    "loss + gradient time, Python loop / vectorised (same values asserted): each element costs "
+    "the loop a Python-level dispatch (microseconds), the vectorised loss one per operation, "
+    "fixed by the interpreter: sized here, not scored",
+    "shown when the loop takes >= {slower}x the vectorised time (stated tolerance); the ratio "
+    "grows with the elements (the article's ~100x is one size); else mechanism not shown here",
+    {"slower": 5},
+    (SHOWN, NOT_SHOWN),
+    flips="none on real hardware: each element costs the loop a Python-level dispatch; fewer "
+    "elements only shrink the ratio (it grows with their number)",
 )
 def _l20(t: dict, ratio: float) -> str:
-    return _tiers(ratio, t["ratio"], t["some"], "holds only when the loop runs over many elements")
+    return SHOWN if ratio >= t["slower"] else NOT_SHOWN
 
 
 @rule(
@@ -673,37 +730,49 @@ def _l20(t: dict, ratio: float) -> str:
     M,
     "the profiler's diagnosis of a loop built input-bound and of one built device-bound: the "
     "advice is demonstrated on loops made for it, not tested on yours",
-    "shown when the profile names the right kind for both loops (so it points to different fixes)",
+    "shown when the profile names the right kind for both loops (so it points to different "
+    "fixes); the outcome names the kind the device-bound loop read",
     {},
-    (SHOWN, NOT_SHOWN),
+    (*(f"{SHOWN}: the device-bound loop read {k}" for k in DEVICE_KINDS), NOT_SHOWN),
+    flips="none: the loops are built for each kind; which kind a device-bound loop reads "
+    "(gpu-bound or launch-bound) depends on its kernels' size next to their launch",
 )
 def _l21(
     t: dict, data_loop_kind: str, compute_loop_kind: str, compute_kinds_expected: tuple[str, ...]
 ) -> str:
-    return (
-        SHOWN
-        if data_loop_kind == "input-bound" and compute_loop_kind in compute_kinds_expected
-        else NOT_SHOWN
-    )
+    ok = compute_loop_kind in compute_kinds_expected and compute_loop_kind in DEVICE_KINDS
+    if data_loop_kind == "input-bound" and ok:
+        return f"{SHOWN}: the device-bound loop read {compute_loop_kind}"
+    return NOT_SHOWN
 
 
 @rule(
     "L22",
     V,
     "speed-up bought by code (fast recipe / reference, this machine) vs by "
-    "hardware (another device's fast recipe / this machine's, the same model "
-    "width, no rescaling); costs at assumed hourly prices are shown, not judged",
-    "holds when the hardware gain is > {margin}x the code gain; else does not hold here; "
-    "without a committed reference run of the same model on other hardware: needs a reference "
-    "run (not decided, so not counted as a verdict)",
-    {"margin": 1},
-    (REFERENCE, HOLDS, NOT_HERE),
+    "hardware (the fastest committed reference run of the same device class: a GPU against a "
+    "GPU, a CPU against a CPU; same model width, no rescaling); and the cost of the same "
+    "epochs there / here at the assumed hourly prices",
+    "holds when the hardware gain is > {margin}x the code gain and the same epochs cost <= "
+    "{cost}x as much there; faster but dearer: holds only when the time saved is worth the "
+    "money; else does not hold here; without a reference run of the same model on the same "
+    "device class: needs a reference run (not decided, so not counted as a verdict)",
+    {"margin": 1, "cost": 1},
+    (REFERENCE, HOLDS, "holds only when the time saved is worth the money", NOT_HERE),
     timed=("code_gain",),
+    flips="a device of the same class much faster (a newer GPU generation) at a similar price: "
+    "holds; one barely faster than the code gain: does not hold; pricier per epoch: holds only "
+    "when time is worth the money",
 )
-def _l22(t: dict, code_gain: float, hardware_gain: float | None) -> str:
+def _l22(
+    t: dict, code_gain: float, hardware_gain: float | None, cost_ratio: float | None = None
+) -> str:
     if hardware_gain is None:
         return REFERENCE
-    return HOLDS if hardware_gain > t["margin"] * code_gain else NOT_HERE
+    if hardware_gain <= t["margin"] * code_gain:
+        return NOT_HERE
+    dearer = cost_ratio is not None and cost_ratio > t["cost"]
+    return "holds only when the time saved is worth the money" if dearer else HOLDS
 
 
 @rule(
@@ -715,6 +784,8 @@ def _l22(t: dict, code_gain: float, hardware_gain: float | None) -> str:
     "own 1-GPU runs vary by about that much); else does not hold here",
     {"drop": 0.02},
     (GPUS2, HOLDS, NOT_HERE),
+    flips="more epochs (or a warm-up for the large batch's lr) close the gap within {drop}: does "
+    "not hold; fewer epochs widen it",
 )
 def _l23(t: dict, gpus: int, acc_one: float, acc_two: float | None) -> str:
     return (

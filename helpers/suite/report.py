@@ -105,6 +105,7 @@ def _ledger(
                 "entries": entries,
                 "disagree": len(decided) > 1,
                 "rule": RULES[cid].threshold,
+                "other_way": RULES[cid].other_way,
                 "kind": RULES[cid].kind,
                 "compares": RULES[cid].compares,
                 "reference": ref_verdicts.get(cid),

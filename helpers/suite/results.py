@@ -150,7 +150,7 @@ class Recorder:
                 if label == "mechanism"
                 else ""
             )
-            + f"\n  rule: {r.threshold}\n  measured: "
+            + f"\n  rule: {r.threshold}\n  the other way: {r.other_way}\n  measured: "
             + ", ".join(f"{k} = {_fmt(v)}" for k, v in measured.items())
             + "".join(
                 f"\n  timed: {k} from {t['low']:.3g} to {t['high']:.3g} over the repeats, "
