@@ -534,6 +534,11 @@ def not_as_expected(
     """The line a printed expectation ends with when it fails: what about this machine could
     explain it (its cores, its GPU's generation, the sizes run) before a busy machine, so a
     reader learns something from a "no" instead of only rerunning. `found`: what came out."""
+    for name, value in (("sizes", sizes), ("found", found)):
+        if not isinstance(value, str):
+            raise TypeError(
+                f"not_as_expected: {name} must be text (str), got {type(value).__name__} {value!r}"
+            )
     d = describe(device)
     facts = [f"{usable_cores()} usable cores, {free_cores(0.1)} free now"]
     if d.get("capability"):

@@ -117,6 +117,31 @@ class Profile:
         `step`: a function that builds the step, called only when the step is timed (so nothing
         is put on the device where the count needs no measurement). `step_seconds` states the
         step time instead of measuring it (tests, or a figure the notebook already measured)."""
+        least = self._check_steps(step, make_step, seconds, smoke, full, runs, least)
+        plan = {"what": what, "runs": runs, "step_seconds": None, "calibration_steps": 0}
+        if self.name != "gpu":
+            plan["count"] = self.pick(smoke=smoke, full=full, what=what)
+            self.plan.append(plan)
+            return plan["count"]
+        if step_seconds is None:
+            step_seconds = _time_one_step(step, make_step, what)
+            plan["calibration_steps"] = 4  # the calibration's own steps: one warm-up, three timed
+        if not (isinstance(step_seconds, (int, float)) and step_seconds > 0):
+            raise ValueError(
+                f"Profile.steps: step_seconds must be a positive number, got {step_seconds!r}"
+            )
+        count = min(full, max(least, math.floor(seconds / step_seconds)))
+        self.sized.append(
+            f"{what}: {count} (one step took {step_seconds * 1e3:.3g} ms here, so about "
+            f"{count * step_seconds:.3g} s of the {seconds:g} s asked for; bounds {least}..{full})"
+        )
+        print(f"sized on this device: {self.sized[-1]}")  # before the long cell it sizes
+        self.plan.append({**plan, "count": count, "step_seconds": step_seconds})
+        return count
+
+    @staticmethod
+    def _check_steps(step, make_step, seconds, smoke, full, runs, least) -> int:
+        """`steps`' arguments checked, each bad one named; the fewest steps (`least`)."""
         if (step is None) == (make_step is None) or not callable(step or make_step):
             raise TypeError("Profile.steps: give one function, step or make_step")
         if not (isinstance(runs, int) and runs >= 1):
@@ -131,53 +156,7 @@ class Profile:
         least = smoke if least is None else least
         if not (isinstance(least, int) and 1 <= least <= smoke):
             raise ValueError(f"Profile.steps: least must be in 1..smoke, got {least!r}")
-        if self.name != "gpu":
-            count = self.pick(smoke=smoke, full=full, what=what)
-            self.plan.append(
-                {
-                    "what": what,
-                    "count": count,
-                    "runs": runs,
-                    "step_seconds": None,
-                    "calibration_steps": 0,
-                }
-            )
-            return count
-        if step_seconds is None:
-            from helpers import timing  # imports torch: only when a notebook sizes a step
-
-            if step is None:  # built on the first (untimed, warm-up) call
-                built: list[Callable[[], object]] = []
-
-                def step() -> object:
-                    if not built:
-                        built.append(make_step())
-                    return built[0]()
-
-            step_seconds = timing.benchmark(step, repeats=3, warmup=1, label=what).median
-            timed = 4  # the calibration's own steps: one warm-up, three timed
-        else:
-            timed = 0
-        if not (isinstance(step_seconds, (int, float)) and step_seconds > 0):
-            raise ValueError(
-                f"Profile.steps: step_seconds must be a positive number, got {step_seconds!r}"
-            )
-        count = min(full, max(least, math.floor(seconds / step_seconds)))
-        self.sized.append(
-            f"{what}: {count} (one step took {step_seconds * 1e3:.3g} ms here, so about "
-            f"{count * step_seconds:.3g} s of the {seconds:g} s asked for; bounds {least}..{full})"
-        )
-        print(f"sized on this device: {self.sized[-1]}")  # before the long cell it sizes
-        self.plan.append(
-            {
-                "what": what,
-                "count": count,
-                "runs": runs,
-                "step_seconds": step_seconds,
-                "calibration_steps": timed,
-            }
-        )
-        return count
+        return least
 
     def planned_seconds(self) -> float:
         """Seconds of the work `steps` sized: count x runs x step time, and the calibration's
@@ -210,3 +189,23 @@ class Profile:
 def active(name: str | None = None) -> Profile:
     """The profile to run with: `name`, else `$FTG_PROFILE`, else auto-detected."""
     return Profile(choose(name)[0])
+
+
+def _time_one_step(
+    step: Callable[[], object] | None,
+    make_step: Callable[[], Callable[[], object]] | None,
+    what: str,
+) -> float:
+    """The median of three timed calls after a warm-up; `make_step` builds the step on the first
+    (warm-up) call, so nothing is put on the device before a count needs a measurement."""
+    from helpers import timing  # imports torch: only when a notebook sizes a step
+
+    if step is None:
+        built: list[Callable[[], object]] = []
+
+        def step() -> object:
+            if not built:
+                built.append(make_step())
+            return built[0]()
+
+    return timing.benchmark(step, repeats=3, warmup=1, label=what).median

@@ -228,37 +228,24 @@ CASES: dict[str, list[tuple[dict, str]]] = {
         ({"odd_world_finished": True, "even_world_finished": False}, NOT_SHOWN),
     ],
     "L21": [
-        (
-            {
-                "data_loop_kind": "input-bound",
-                "compute_loop_kind": "device-bound",
-                "compute_kinds_expected": ("device-bound", "overhead-bound"),
-            },
-            f"{SHOWN}: the device-bound loop read gpu-bound",
+        *(
+            (
+                {
+                    "data_loop_kind": "input-bound",
+                    "compute_loop_kind": kind,
+                    "compute_kinds_expected": claims.DEVICE_KINDS,
+                },
+                f"{SHOWN}: the device-bound loop read {kind}",
+            )
+            for kind in claims.DEVICE_KINDS
         ),
         (
             {
                 "data_loop_kind": "input-bound",
-                "compute_loop_kind": "launch-bound",
-                "compute_kinds_expected": ("gpu-bound", "launch-bound"),
+                "compute_loop_kind": "overhead-bound",
+                "compute_kinds_expected": ("device-bound",),
             },
-            f"{SHOWN}: the device-bound loop read launch-bound",
-        ),
-        (
-            {
-                "data_loop_kind": "input-bound",
-                "compute_loop_kind": "operator-bound",
-                "compute_kinds_expected": ("operator-bound",),
-            },
-            f"{SHOWN}: the device-bound loop read operator-bound",
-        ),
-        (
-            {
-                "data_loop_kind": "input-bound",
-                "compute_loop_kind": "not-input-bound",
-                "compute_kinds_expected": ("not-input-bound",),
-            },
-            f"{SHOWN}: the device-bound loop read not-input-bound",
+            NOT_SHOWN,
         ),
         (
             {

@@ -507,6 +507,12 @@ CASES = [
         [1, 2],
     ),
     case(
+        devices.not_as_expected,
+        TypeError,
+        r"not_as_expected: sizes must be text \(str\), got int 64",
+        sizes=64,
+    ),
+    case(
         data.cifar_shaped,
         ValueError,
         r"cifar_shaped: source must be one of 'cifar10', 'synthetic.class_images', got 'mnist'",

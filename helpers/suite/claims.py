@@ -285,8 +285,15 @@ def _tiers(x: float, hi: float, lo: float, only: str) -> str:
 # Run-to-run noise on a shared machine is several percent; ratios within 10 % of 1 are "no change".
 NOISE = "10 %: run-to-run noise"
 V, M = "verdict", "mechanism"
-# The kinds a loop built device-bound can read as (helpers.diagnose), named in L21's outcome.
-DEVICE_KINDS = ("gpu-bound", "launch-bound", "operator-bound", "not-input-bound")
+# The kinds a loop built device-bound can read as (helpers.diagnose.bottleneck's vocabulary: a
+# busy device, or on a GPU whose kernels are smaller than their launch, overhead-bound), named in
+# L21's outcome.
+DEVICE_KINDS = (
+    "device-bound",
+    "device-bound, near its ceiling",
+    "device-bound, below its ceiling",
+    "overhead-bound",
+)
 
 
 @rule(
@@ -735,7 +742,7 @@ def _l20(t: dict, ratio: float) -> str:
     {},
     (*(f"{SHOWN}: the device-bound loop read {k}" for k in DEVICE_KINDS), NOT_SHOWN),
     flips="none: the loops are built for each kind; which kind a device-bound loop reads "
-    "(gpu-bound or launch-bound) depends on its kernels' size next to their launch",
+    "(device-bound or overhead-bound) depends on its kernels' size next to their launch",
 )
 def _l21(
     t: dict, data_loop_kind: str, compute_loop_kind: str, compute_kinds_expected: tuple[str, ...]
