@@ -270,7 +270,7 @@ class WorkerMemorySampler:
     def summary(self) -> dict[str, float]:
         """Peaks over the run, in MB: all workers together and per worker (at the peak)."""
         busy = [s for s in self.samples if s["workers"]] or [dict(workers=0, rss=0, uss=0)]
-        top = {k: max(busy, key=lambda s: s[k]) for k in ("rss", "uss")}  # noqa: B023
+        top = {k: max(busy, key=lambda s: s[k]) for k in ("rss", "uss")}
         most = max(s["workers"] for s in busy)
         # added: the median over samples with every worker up (one taken while a worker starts
         # or exits splits shared pages inconsistently), minus the parent alone before

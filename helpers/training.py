@@ -317,7 +317,7 @@ class PeakTensorBytes(TorchDispatchMode):
         self._before: dict[int, weakref.ref] = {}  # storages first seen as inputs: made outside
         self.peak = self.current = 0
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 - torch's protocol
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # torch's protocol
         # forget freed storages first: a new storage may reuse a freed one's address
         self._live = {k: v for k, v in self._live.items() if v[0]() is not None}
         self._before = {k: ref for k, ref in self._before.items() if ref() is not None}

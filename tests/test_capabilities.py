@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch._dynamo  # noqa: F401 - imported before the fakes: its import reads what they replace
+import torch._dynamo  # imported before the fakes: its import reads what they replace
 
 from helpers import capstone, devices
 from tests.notebook_scripts import code_cell

@@ -10,7 +10,7 @@ import types
 
 import pytest
 import torch
-import torch._dynamo  # noqa: F401 - imported before the fakes: its import reads what they replace
+import torch._dynamo  # imported before the fakes: its import reads what they replace
 
 from helpers import devices, profiles, training
 

@@ -674,7 +674,7 @@ def test_the_report_says_how_it_counted_a_step():
 def test_a_loop_that_ends_as_a_window_opens_leaves_no_instrument_running():
     """The profiler starts when the timed window closes; a loop that ends right there must not
     leave it running (nor a dispatch mode: the counted window's)."""
-    from torch.autograd import _profiler_enabled  # noqa: PLC2701 - the profiler's own state
+    from torch.autograd import _profiler_enabled  # the profiler's own state
 
     from helpers.doctor.session import Session
 

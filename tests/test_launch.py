@@ -118,7 +118,7 @@ def test_two_launches_of_one_script_at_once_do_not_collide(tmp_path):
     def go(i: int, n: int) -> None:
         try:
             results[i] = launch.run(script, nprocs=n, stream=False, timeout=180)
-        except Exception as e:  # noqa: BLE001 - reported below
+        except Exception as e:  # reported below
             errors.append(e)
 
     threads = [threading.Thread(target=go, args=(i, n)) for i, n in enumerate((2, 3))]
@@ -176,7 +176,7 @@ def test_every_listening_socket_is_on_loopback_while_a_launch_runs(tmp_path):
     def go() -> None:
         try:
             box["r"] = launch.run(script, nprocs=2, stream=False, timeout=240)
-        except Exception as e:  # noqa: BLE001 - reported below
+        except Exception as e:  # reported below
             box["e"] = e
 
     t = threading.Thread(target=go)

@@ -64,12 +64,12 @@ def test_a_kernel_that_dies_before_any_cell_is_started_once_more(
 class _NoShell:
     """A kernel client whose shell channel must not be used (what HeadlessOutputWidget avoids)."""
 
-    class shell_channel:  # noqa: N801 - the attribute nbclient reads
+    class shell_channel:  # the attribute nbclient reads
         @staticmethod
         def send(msg):
             raise AssertionError(f"sent on the shell channel: {msg}")
 
-    class session:  # noqa: N801
+    class session:
         @staticmethod
         def msg(*args, **kwargs):
             return {}

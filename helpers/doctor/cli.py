@@ -261,7 +261,7 @@ def child(out: Path, steps: int, script: str, args: list[str]) -> None:
     except SystemExit as e:
         if e.code not in (None, 0):
             error = f"the script exited with status {e.code}"
-    except BaseException as e:  # noqa: BLE001 - the learner's script may raise anything
+    except BaseException as e:  # the learner's script may raise anything
         traceback.print_exc()
         error = f"the script failed: {type(e).__name__}: {e}"
     finally:

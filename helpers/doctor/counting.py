@@ -116,7 +116,7 @@ class OpCounter(TorchDispatchMode):
         self.hot: Counter[str] = Counter()
         self.paused = False
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         if not self.paused:
             self._count(func, args, kwargs or {})

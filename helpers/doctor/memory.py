@@ -44,7 +44,7 @@ class LiveBytes(PeakTensorBytes):
         self.step = 0
         self._made: dict[int, tuple[weakref.ref, str, int]] = {}  # data_ptr -> (ref, line, step)
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 - torch's protocol
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # torch's protocol
         out = super().__torch_dispatch__(func, types, args, kwargs)
         for ptr, (ref, _) in self._live.items():
             made = self._made.get(ptr)

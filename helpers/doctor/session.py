@@ -37,7 +37,7 @@ WARMUP_PER_WORKER = 2
 COMPILE_HOOKS_WARNING = r"Using `torch.compile\(module\)` when there are global hooks"
 
 
-class Stop(BaseException):  # noqa: N818 - not an error: the doctor has what it needs
+class Stop(BaseException):  # not an error: the doctor has what it needs
     """Raised from the optimizer hook when the CLI has seen enough steps (BaseException, so a
     script's `except Exception` does not swallow it)."""
 

@@ -252,7 +252,7 @@ def workers_cannot_load(loader: DataLoader) -> str | None:
     for what, obj in parts.items():
         try:
             refs.dump(obj)
-        except Exception as e:  # noqa: BLE001 - whatever the worker's pickling would raise
+        except Exception as e:  # whatever the worker's pickling would raise
             return (
                 f"DataLoader workers start by {method!r} here and receive the {what} pickled, "
                 f"and it cannot be pickled ({type(e).__name__}: {e}); a worker would fail"

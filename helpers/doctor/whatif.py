@@ -112,7 +112,7 @@ def _loaders_with(settings: dict) -> None:
     signature = inspect.signature(original)
 
     @functools.wraps(original)
-    def init(self, *args, **kwargs):  # noqa: ANN001, ANN202 - DataLoader's own signature
+    def init(self, *args, **kwargs):  # DataLoader's own signature
         bound = signature.bind(self, *args, **kwargs)
         bound.apply_defaults()
         arguments = bound.arguments
