@@ -76,9 +76,11 @@ test-learner: install
 	FTG_PROFILE=smoke $(BIN)/python -m pytest tests -q -m learner -n $(TEST_JOBS) --dist loadgroup
 	MPLBACKEND=Agg FTG_PROFILE=smoke $(BIN)/python -m pytest benchmarks -q -m learner
 
-# Every notebook alone, then beside one busy process: slower, never stalled (about 10 minutes on
-# 2 cores; needs the machine otherwise quiet, so not in `make test`; .ci/run calls it); and the
-# collapse of threads past the free cores beside a busy process, as a ratio (benchmarks/).
+# Every notebook alone (its smoke budget), then, where the run alone kept more than one core
+# busy (threads, workers, ranks: measured), beside one busy process: slower, never stalled
+# (about 10 minutes on 2 cores; needs the machine otherwise quiet, so not in `make test`;
+# .ci/run calls it); and the collapse of threads past the free cores beside a busy process, as
+# a ratio (benchmarks/).
 test-load: install
 	FTG_PROFILE=smoke $(BIN)/python -m pytest tests/test_under_load.py benchmarks/test_oversubscription.py -q -s -m load
 

@@ -11,6 +11,7 @@ import types
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 import torch
 from PIL import Image, ImageFilter
@@ -872,3 +873,27 @@ def test_where_the_device_counts_its_allocations_the_samples_are_its_count(monke
     slope, _, error = memory.trend(s.samples)
     assert slope == pytest.approx(2**20) and memory.growing(slope, error)
     assert "memory_allocated" in s.source
+
+
+@pytest.mark.slow  # starts DataLoader workers
+@pytest.mark.parametrize("what_if", [False, True])
+def test_a_watched_persistent_loader_s_workers_end_with_its_last_reference(what_if):
+    """The watch keeps no reference cycle: dropping the loader and the watch ends a persistent
+    loader's workers at once, not at a garbage collection some later step pays for (which joined
+    the workers inside another watch's counted window: 10-40 s of one step)."""
+    import gc
+
+    net = nn.Sequential(nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(4, 10))
+    train(batched(64, 4, 8), nn.Linear(4, 10), timed=3)  # first-call imports, outside the check
+    gc.collect()
+    gc.disable()  # only reference counting may end the workers below
+    try:
+        loader = DataLoader(Blurred(n=64), batch_size=8, num_workers=2, persistent_workers=True)
+        w = train(loader, net, timed=3, what_if=what_if)
+        workers = psutil.Process().children()
+        assert workers, "the loader started no workers: nothing to check"
+        del loader, w
+        _, alive = psutil.wait_procs(workers, timeout=10)
+        assert not alive, f"{len(alive)} worker(s) outlived their loader and its watch"
+    finally:
+        gc.enable()

@@ -14,6 +14,7 @@ import pickle
 import sys
 import time
 import types
+import weakref
 from collections.abc import Iterator
 
 import numpy as np
@@ -53,12 +54,17 @@ class Watch:
             raise ValueError(
                 f"watch: seconds must be a number of seconds in [0, 3600), got {seconds!r}"
             )
+        # The session holds the what-ifs' planner without holding this watch: a cycle between
+        # the two would keep the loader, and a persistent loader's worker processes, alive after
+        # the learner drops them, until a garbage collection at some later step (whose join of
+        # the workers then stalled that step for seconds).
+        plan = weakref.WeakMethod(self._trials)
         self.session = Session(
             workers=loader.num_workers,
             timed=timed,
             trial_steps=trial_steps,
             seconds=float(seconds),
-            trials=self._trials,
+            trials=lambda session: plan()(session),
         )
         self.source: DataLoader = loader
         self.blocked: str | None = None  # why workers could not load the data set, once asked
