@@ -88,11 +88,13 @@ benchmarks: install   # speed ratios (never absolute times): run on a quiet mach
 	MPLBACKEND=Agg FTG_PROFILE=smoke $(BIN)/python -m pytest benchmarks -q -m "not load and not learner and not doctor"
 
 # The doctor on whole scripts and loops (not in `make test`; .ci/run calls it): its command line
-# on scripts it did not write, and its two bars (prediction vs re-run, its own cost), which are
-# speed ratios and run alone like the benchmarks, and the corpus of scripts in the styles users
-# write (tests/doctor_corpus/). About 10 minutes on the 2-core machine.
+# on scripts it did not write and the corpus of scripts in the styles users write
+# (tests/doctor_corpus/), TEST_JOBS at a time (a diagnosis must hold on a shared machine; they
+# assert no speed); then its bars (prediction vs re-run, its own cost), which are speed ratios
+# and run alone like the benchmarks. About 5 minutes on the 2-core machine.
 test-doctor: install
-	MPLBACKEND=Agg FTG_PROFILE=smoke $(BIN)/python -m pytest tests benchmarks -q -m doctor
+	MPLBACKEND=Agg FTG_PROFILE=smoke $(BIN)/python -m pytest tests -q -m doctor -n $(TEST_JOBS)
+	MPLBACKEND=Agg FTG_PROFILE=smoke $(BIN)/python -m pytest benchmarks -q -m doctor
 
 notebooks: install
 	FTG_PROFILE=smoke $(BIN)/python -m pytest -q --nbval-lax --nbval-current-env \

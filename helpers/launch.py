@@ -7,6 +7,7 @@ loopback. The whole tree ends on a failure, the deadline, Ctrl-C or (Linux) a de
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import queue
@@ -61,7 +62,7 @@ class RunResult:
     outputs: dict[int, list[str]]
     pids: list[int] = field(default_factory=list)
 
-    @property
+    @functools.cached_property  # read once: the ranks have ended; a run's files can be MBs
     def results(self) -> dict[int, dict[str, Any]]:
         found = (json.loads(p.read_text()) for p in self.folder.glob("rank*.json"))
         return dict(sorted((int(r["rank"]), r) for r in found))

@@ -71,6 +71,16 @@ def test_ranks_get_torchruns_variables_and_their_output_is_filed_by_rank(tmp_pat
     _no_children_left(r.pids)
 
 
+def test_results_are_read_once(tmp_path):
+    """A notebook reads `results` in loops (16's sharding run writes MBs of weights per rank):
+    the files are parsed once, not at every access."""
+    (tmp_path / "rank0.json").write_text('{"rank": 0, "loss": 1.0}')
+    r = launch.RunResult(nprocs=1, seconds=0.0, folder=tmp_path, outputs={0: []})
+    first = r.results
+    (tmp_path / "rank0.json").write_text('{"rank": 0, "loss": 2.0}')
+    assert r.results is first and first == {0: {"rank": 0, "loss": 1.0}}
+
+
 def test_a_failing_rank_stops_everyone_and_is_named_with_its_traceback(tmp_path):
     t0 = time.monotonic()
     with pytest.raises(launch.LaunchError) as err:
