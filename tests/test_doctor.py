@@ -897,3 +897,22 @@ def test_a_watched_persistent_loader_s_workers_end_with_its_last_reference(what_
         assert not alive, f"{len(alive)} worker(s) outlived their loader and its watch"
     finally:
         gc.enable()
+
+
+def test_machine_rates_are_measured_again_only_when_stale(monkeypatch):
+    """A notebook watches loop after loop: the machine's rates, about 1 s to measure, are
+    reused within RATES_FRESH_S, per device, and measured again after it."""
+    from helpers.doctor import profiled
+
+    calls, now = [], [1000.0]
+    monkeypatch.setattr(profiled, "_rates", {})
+    monkeypatch.setattr(profiled, "measure_rates", lambda d: calls.append(str(d)) or (1e-6, 1e9))
+    monkeypatch.setattr(profiled.time, "monotonic", lambda: now[0])
+    cpu, meta = torch.device("cpu"), torch.device("meta")
+    profiled.machine_rates(cpu)
+    profiled.machine_rates(cpu)
+    profiled.machine_rates(meta)
+    assert calls == ["cpu", "meta"]
+    now[0] += profiled.RATES_FRESH_S + 1
+    profiled.machine_rates(cpu)
+    assert calls == ["cpu", "meta", "cpu"]

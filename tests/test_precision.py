@@ -95,7 +95,7 @@ def test_notebook_10_times_fp32_as_true_fp32_on_an_ampere_gpu(flags, monkeypatch
     # section 2's convolution block: its fp32 side too
     ns |= {
         "nn": torch.nn,
-        "BATCH": 2,
+        "BLOCK_BATCH": 2,
         "BF16": True,
         "rec": types.SimpleNamespace(measure=lambda *a, **k: None),
     }

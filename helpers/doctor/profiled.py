@@ -3,6 +3,8 @@ and what this device could not show."""
 
 from __future__ import annotations
 
+import time
+
 import psutil
 import torch
 import torch.utils.benchmark as tb
@@ -113,7 +115,24 @@ def _memory(session: object, m: Measured) -> None:
         m.memory_total = float(psutil.virtual_memory().total)
 
 
+# A measurement of the machine's rates is reused for this long by later sessions in the same
+# process (a notebook watches one loop after another: about 1 s each, with the same answer, as
+# the rates are the best block, what the machine reaches, not its load of the moment).
+RATES_FRESH_S = 60.0
+_rates: dict[str, tuple[float, tuple[float, float]]] = {}  # device -> (when, rates)
+
+
 def machine_rates(device: torch.device | None) -> tuple[float, float]:
+    """`measure_rates(device)`, or the same device's measurement of the last RATES_FRESH_S."""
+    key = str(device or "cpu")
+    when, rates = _rates.get(key, (float("-inf"), None))
+    if rates is None or time.monotonic() - when > RATES_FRESH_S:
+        rates = measure_rates(device)
+        _rates[key] = (time.monotonic(), rates)
+    return rates
+
+
+def measure_rates(device: torch.device | None) -> tuple[float, float]:
     """(seconds per op of a step made of tiny ops, FLOP/s of an fp32 matmul), measured on
     `device` now, each the best block: the rate this machine reaches, not its noise.
 
