@@ -5,7 +5,7 @@ run unmodified from the command line. Each script's docstring says what the doct
 `inconclusive` for exit status 4, `any` where only a clean diagnosis is asked; `unseen: <text>`
 lines, what the report must say it could not see. Every report
 validates against the shipped schema, no script is edited, and no process is left behind.
-`make test-doctor` runs it (about five minutes on 2 cores)."""
+`make test-doctor` runs it, two scripts at a time (about two minutes on 2 cores)."""
 
 from __future__ import annotations
 
