@@ -906,7 +906,9 @@ def test_machine_rates_are_measured_again_only_when_stale(monkeypatch):
 
     calls, now = [], [1000.0]
     monkeypatch.setattr(profiled, "_rates", {})
-    monkeypatch.setattr(profiled, "measure_rates", lambda d: calls.append(str(d)) or (1e-6, 1e9))
+    monkeypatch.setattr(
+        profiled, "measure_rates", lambda d, dtype: calls.append(str(d)) or (1e-6, 1e9)
+    )
     monkeypatch.setattr(profiled.time, "monotonic", lambda: now[0])
     cpu, meta = torch.device("cpu"), torch.device("meta")
     profiled.machine_rates(cpu)
@@ -916,3 +918,26 @@ def test_machine_rates_are_measured_again_only_when_stale(monkeypatch):
     now[0] += profiled.RATES_FRESH_S + 1
     profiled.machine_rates(cpu)
     assert calls == ["cpu", "meta", "cpu"]
+
+
+def test_a_busy_loop_far_below_its_ceiling_is_not_told_nothing_to_fix():
+    """Small kernels keep a device busy at a fraction of its rate: the finding says how far
+    below the ceiling (measured in the hot ops' dtype) and which levers raise it."""
+    low = m(**{**vars(FINE), "flops_per_step": 1e6, "matmul_flops_per_s": 1e10})
+    low.matmul_dtype = "bfloat16"
+    f = rules.findings(low)[0]
+    assert f.kind == "device-bound, below its ceiling"
+    assert "nothing to fix" not in f.evidence and "measured bfloat16 matmul rate" in f.evidence
+    assert "batch" in f.fix and "torch.compile" in f.fix
+
+
+def test_the_ceiling_is_measured_in_the_dtype_the_hot_ops_ran_in():
+    from helpers.doctor import profiled
+
+    bf16_loop = {"mm bfloat16 contiguous": 30, "addmm float32 contiguous": 2}
+    assert profiled.hot_dtype(bf16_loop) is torch.bfloat16
+    assert profiled.hot_dtype({"convolution float16 channels_last": 4}) is torch.float16
+    assert profiled.hot_dtype({}) is torch.float32  # nothing counted: fp32, as before
+    assert profiled.hot_dtype({"mm float64 contiguous": 5}) is torch.float32  # no such ceiling
+    r_bf16 = profiled.measure_rates(torch.device("cpu"), torch.bfloat16)
+    assert r_bf16[1] > 0  # a bf16 matmul's rate, measured

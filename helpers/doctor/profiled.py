@@ -59,8 +59,10 @@ def read(session: object, m: Measured) -> None:
         m.not_measured.append("the counted window (syncs, ops, FLOPs)")
     m.unseen += UNSEEN.get(m.device, [])
     _memory(session, m)
-    if session.rates is None:  # measured once per session
-        session.rates = machine_rates(session.device)
+    dtype = hot_dtype(session.counter.hot) if session.counter is not None else torch.float32
+    m.matmul_dtype = str(dtype).removeprefix("torch.")
+    if session.rates is None:  # measured once per session, in the hot ops' dtype
+        session.rates = machine_rates(session.device, dtype)
     m.dispatch_s, m.matmul_flops_per_s = session.rates
 
 
@@ -119,21 +121,38 @@ def _memory(session: object, m: Measured) -> None:
 # process (a notebook watches one loop after another: about 1 s each, with the same answer, as
 # the rates are the best block, what the machine reaches, not its load of the moment).
 RATES_FRESH_S = 60.0
-_rates: dict[str, tuple[float, tuple[float, float]]] = {}  # device -> (when, rates)
+_rates: dict[str, tuple[float, tuple[float, float]]] = {}  # "device dtype" -> (when, rates)
 
 
-def machine_rates(device: torch.device | None) -> tuple[float, float]:
-    """`measure_rates(device)`, or the same device's measurement of the last RATES_FRESH_S."""
-    key = str(device or "cpu")
+def machine_rates(
+    device: torch.device | None, dtype: torch.dtype = torch.float32
+) -> tuple[float, float]:
+    """`measure_rates(device, dtype)`, or the same measurement of the last RATES_FRESH_S."""
+    key = f"{device or 'cpu'} {dtype}"
     when, rates = _rates.get(key, (float("-inf"), None))
     if rates is None or time.monotonic() - when > RATES_FRESH_S:
-        rates = measure_rates(device)
+        rates = measure_rates(device, dtype)
         _rates[key] = (time.monotonic(), rates)
     return rates
 
 
-def measure_rates(device: torch.device | None) -> tuple[float, float]:
-    """(seconds per op of a step made of tiny ops, FLOP/s of an fp32 matmul), measured on
+def hot_dtype(hot: dict[str, int]) -> torch.dtype:
+    """The dtype most of the step's matmuls and convolutions ran in (the counted window's hot
+    ops, "op dtype layout"): the ceiling is measured in it, so a bf16 loop is held to the bf16
+    rate, not fp32's (TF32 comes with the process's fp32 setting, as the loop's does)."""
+    by_dtype: dict[str, int] = {}
+    for key, n in hot.items():
+        name = key.split()[1] if len(key.split()) > 1 else ""
+        by_dtype[name] = by_dtype.get(name, 0) + n
+    name = max(by_dtype, key=by_dtype.get, default="float32")
+    dtype = getattr(torch, name, None)
+    return dtype if dtype in (torch.float32, torch.bfloat16, torch.float16) else torch.float32
+
+
+def measure_rates(
+    device: torch.device | None, dtype: torch.dtype = torch.float32
+) -> tuple[float, float]:
+    """(seconds per op of a step made of tiny ops, FLOP/s of a matmul in `dtype`), measured on
     `device` now, each the best block: the rate this machine reaches, not its noise.
 
     The per-op cost is that of a reference training step (forward and backward through a chain
@@ -144,7 +163,7 @@ def measure_rates(device: torch.device | None) -> tuple[float, float]:
     device = device or torch.device("cpu")
     per_op = _tiny_op_step(device)
     n = 512 if device.type == "cpu" else 4096
-    a = torch.randn(n, n, device=device)
+    a = torch.randn(n, n, device=device, dtype=dtype)
     mm = min(tb.Timer("a @ a", globals={"a": a}).blocked_autorange(min_run_time=0.1).times)
     return per_op, 2 * n**3 / mm
 

@@ -24,7 +24,7 @@ from ..diagnose import (
 )
 
 # The --json report's schema: its version, and the JSON Schema shipped beside this module.
-SCHEMA = "feed-the-gpu/doctor-report/2"
+SCHEMA = "feed-the-gpu/doctor-report/3"
 SCHEMA_FILE = Path(__file__).with_name("report.schema.json")
 
 # The TensorBoard advisor's (helpers.diagnose): "peak memory > 90 %" -> smaller batch, activation
@@ -56,8 +56,9 @@ DEVICE_FIXES = {
     "take the time, and whether arithmetic or memory limits them",
     "device-bound, near its ceiling": "nothing in the loop: a faster format (bf16/fp16 autocast, "
     "TF32) or a faster device",
-    "device-bound, below its ceiling": "nothing in the loop: kernels that move fewer bytes "
-    "(fusion by torch.compile, channels_last, bf16) or a faster device",
+    "device-bound, below its ceiling": "more arithmetic per kernel and fewer bytes moved: a "
+    "larger batch or width (notebook 06), bf16/fp16 autocast and channels_last (10, 11), "
+    "fusion by torch.compile (11b)",
 }
 DEVICE_BOUND = set(DEVICE_FIXES)
 # Findings ranked above every cost: a loop whose memory grows fails however fast it is.
@@ -98,6 +99,7 @@ class Measured:
     dispatch_s: float | None = None
     flops_per_step: float | None = None
     matmul_flops_per_s: float | None = None
+    matmul_dtype: str = "float32"  # the dtype the ceiling was measured in: the hot ops' own
     threads: int = 1
     workers: int = 0
     cores: int = 1
@@ -523,12 +525,16 @@ def device_bound(m: Measured) -> Finding | None:
     )
     if s["rate"] is not None:
         busy += (
-            f", at {100 * s['rate']:.0f} % of this machine's measured matmul rate "
-            f"({m.matmul_flops_per_s / 1e9:.1f} GFLOP/s)"
+            f", at {100 * s['rate']:.0f} % of this machine's measured {m.matmul_dtype} matmul "
+            f"rate ({m.matmul_flops_per_s / 1e9:.1f} GFLOP/s)"
         )
+    # below the ceiling the device is busy with small or memory-bound kernels: the loop can
+    # give it more work per kernel, so that is not "nothing to fix"
+    below = v.kind == "device-bound, below its ceiling"
     return Finding(
         v.kind,
-        f"nothing to fix in the loop: {busy}",
+        f"{'the device is busy far below its ceiling' if below else 'nothing to fix in the loop'}:"
+        f" {busy}",
         None,
         DEVICE_FIXES[v.kind],
         NOTEBOOKS[v.kind],
