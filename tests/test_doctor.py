@@ -116,7 +116,7 @@ def test_fine_loop_gets_no_false_finding():
     w = train(batched(4096, 256, 256), net, timed=4)
     # device-bound (near or below its ceiling: the rate decides), never "compute-bound"
     assert len(w.findings) == 1 and kinds(w)[0] in rules.DEVICE_BOUND, w.findings
-    assert "of this machine's measured matmul rate" in w.findings[0].evidence
+    assert "of this machine's measured float32 matmul rate" in w.findings[0].evidence
     assert w.findings[0].kind == rules.verdict(w.measured).kind
 
 
