@@ -284,7 +284,7 @@ def _tiers(x: float, hi: float, lo: float, only: str) -> str:
 
 # Run-to-run noise on a shared machine is several percent; ratios within 10 % of 1 are "no change".
 NOISE = "10 %: run-to-run noise"
-V, M = "verdict", "mechanism"
+VERDICT, MECHANISM = "verdict", "mechanism"  # a rule's kind: judged, or shown
 # The kinds a loop built device-bound can read as (helpers.diagnose.bottleneck's vocabulary: a
 # busy device, or on a GPU whose kernels are smaller than their launch, overhead-bound), named in
 # L21's outcome.
@@ -298,7 +298,7 @@ DEVICE_KINDS = (
 
 @rule(
     "L1",
-    V,
+    VERDICT,
     "samples/s of the best worker count vs 0 workers; best "
     "past the usable cores vs best up to them",
     "holds when the best worker count gives >= {gain}x the samples/s of 0 workers and going "
@@ -310,7 +310,7 @@ DEVICE_KINDS = (
     flips="with a model whose step is far longer than a batch's loading, more workers cannot speed "
     "the epoch: does not hold; with heavy per-sample decoding on many free cores: holds",
 )
-def _l1(t: dict, gain: float, past_vs_within: float | None) -> str:
+def _l1_workers_speed_loading(t: dict, gain: float, past_vs_within: float | None) -> str:
     if gain < t["gain"]:
         return NOT_HERE
     return (
@@ -322,7 +322,7 @@ def _l1(t: dict, gain: float, past_vs_within: float | None) -> str:
 
 @rule(
     "L2",
-    V,
+    VERDICT,
     "physical memory loading added / workers x prefetch x batch bytes (the article's arithmetic); "
     "its growth with the batch next to the added memory's spread over the run",
     "holds when the added memory is {low}x to {high}x the arithmetic (stated "
@@ -334,7 +334,7 @@ def _l1(t: dict, gain: float, past_vs_within: float | None) -> str:
     flips="a larger batch (or larger images) makes the batches the bulk of the added memory: "
     "holds; tiny batches leave only the workers' fixed cost: does not hold",
 )
-def _l2(
+def _l2_workers_hold_whole_batches(
     t: dict, added_vs_arithmetic: float, added_growth_mb: float, added_spread_mb: float = 0.0
 ) -> str:
     if t["low"] <= added_vs_arithmetic <= t["high"]:
@@ -347,7 +347,7 @@ def _l2(
 
 @rule(
     "L3",
-    V,
+    VERDICT,
     "host-to-device copy time, float32 batch / uint8 batch normalised on the device (pinned); "
     "the 4x less memory is the dtype sizes (4 bytes vs 1), a fact shown, not judged",
     "holds when the float32 copy takes >= {copy}x the uint8 one (half the 4x "
@@ -359,7 +359,7 @@ def _l2(
     flips="a batch too small to be bandwidth-bound (or a slow link that the launch does not hide) "
     "shrinks the gain under {some}x: does not hold",
 )
-def _l3(t: dict, copy_gain: float | None) -> str:
+def _l3_uint8_copies_are_cheaper(t: dict, copy_gain: float | None) -> str:
     return (
         GPU
         if copy_gain is None
@@ -374,7 +374,7 @@ def _l3(t: dict, copy_gain: float | None) -> str:
 
 @rule(
     "L4",
-    V,
+    VERDICT,
     "samples/s with the encoded files held in RAM vs read from the files, the same decode and "
     "transforms on both (one change); the share of a sample's time spent reading",
     "holds when holding the files in RAM gives >= {gain}x the samples/s (20 %: beyond "
@@ -387,7 +387,7 @@ def _l3(t: dict, copy_gain: float | None) -> str:
     flips="files on a slow disk or network store (not the page cache) make reading the slow step: "
     "holds; with decoding far costlier than reading the gain stays small",
 )
-def _l4(t: dict, in_ram_gain: float, read_share: float) -> str:
+def _l4_data_in_ram(t: dict, in_ram_gain: float, read_share: float) -> str:
     if in_ram_gain >= t["gain"]:
         return HOLDS
     return (
@@ -399,7 +399,7 @@ def _l4(t: dict, in_ram_gain: float, read_share: float) -> str:
 
 @rule(
     "L5",
-    V,
+    VERDICT,
     "epoch time, resize in the per-epoch transform / data resized once offline, each epoch "
     "with the training step the preprocessing feeds",
     "holds when >= {gain}x (stated tolerance); >= {some}x: holds only when the "
@@ -410,7 +410,7 @@ def _l4(t: dict, in_ram_gain: float, read_share: float) -> str:
     flips="with a model whose step is 10x this one, the resize is a few % of the epoch: "
     "does not hold; with a cheap step and a costly resize: holds",
 )
-def _l5(t: dict, gain: float) -> str:
+def _l5_preprocess_offline(t: dict, gain: float) -> str:
     return _tiers(
         gain, t["gain"], t["some"], "holds only when the preprocessing is a large part of the epoch"
     )
@@ -418,7 +418,7 @@ def _l5(t: dict, gain: float) -> str:
 
 @rule(
     "L6",
-    V,
+    VERDICT,
     "epoch time of a small CNN fed by (a) the CPU pipeline / by a "
     "device pipeline, and the feeding rates; the device pipeline counts "
     "for the decoding half only if it decodes on the device itself",
@@ -438,7 +438,7 @@ def _l5(t: dict, gain: float) -> str:
     flips="a heavy model whose step is the epoch's bulk caps the gain far below {epoch}x: does not "
     "hold; a tiny model fed by few CPU cores: holds",
 )
-def _l6(
+def _l6_augment_on_the_device(
     t: dict, on_gpu: bool, decodes_on_device: bool, epoch_ratio: float, feed_ratio: float
 ) -> str:
     if not on_gpu or not decodes_on_device:
@@ -454,7 +454,7 @@ def _l6(
 
 @rule(
     "L7",
-    V,
+    VERDICT,
     "test accuracy, original-binary pipeline minus JPEG "
     "pipeline, over several seeds and JPEG qualities",
     "on the real data set only, holds when the worst mean drop is >= {drop} (1 point) and "
@@ -464,7 +464,9 @@ def _l6(
     flips="a lower JPEG quality (more artefacts) or more seeds (a smaller spread) can show the "
     "drop: holds; a quality near 95 hides it",
 )
-def _l7(t: dict, synthetic: bool, worst_mean_drop: float, seed_spread: float) -> str:
+def _l7_jpeg_copies_cost_accuracy(
+    t: dict, synthetic: bool, worst_mean_drop: float, seed_spread: float
+) -> str:
     return (
         REAL_DATA
         if synthetic
@@ -476,7 +478,7 @@ def _l7(t: dict, synthetic: bool, worst_mean_drop: float, seed_spread: float) ->
 
 @rule(
     "L8",
-    M,
+    MECHANISM,
     "largest relative gradient difference, k accumulated micro-batches "
     "(loss / k) vs one k x batch (MLP, GroupNorm, BatchNorm): fixed by "
     "autograd (gradients add up) and by batch norm's per-batch statistics",
@@ -487,13 +489,15 @@ def _l7(t: dict, synthetic: bool, worst_mean_drop: float, seed_spread: float) ->
     flips="none on real hardware: autograd sums gradients whatever the device; a broken "
     "demonstration (float16, a non-linear loss scale) would not show it",
 )
-def _l8(t: dict, diff_mlp: float, diff_gn: float, diff_bn: float) -> str:
+def _l8_accumulation_equals_a_larger_batch(
+    t: dict, diff_mlp: float, diff_gn: float, diff_bn: float
+) -> str:
     return SHOWN if max(diff_mlp, diff_gn) < t["equal"] and diff_bn > t["differs"] else NOT_SHOWN
 
 
 @rule(
     "L9",
-    M,
+    MECHANISM,
     "bytes kept per step by a list of losses: without backward, after backward: fixed by autograd "
     "(a tensor keeps its graph until backward frees the saved tensors)",
     "shown when the graph kept without backward is >= "
@@ -502,13 +506,15 @@ def _l8(t: dict, diff_mlp: float, diff_gn: float, diff_bn: float) -> str:
     (SHOWN, NOT_SHOWN),
     flips="none on real hardware: autograd keeps the graph until backward by design",
 )
-def _l9(t: dict, graph_bytes: float, after_backward_bytes: float) -> str:
+def _l9_appended_losses_keep_graphs(
+    t: dict, graph_bytes: float, after_backward_bytes: float
+) -> str:
     return SHOWN if graph_bytes >= t["kept"] * max(after_backward_bytes, 1.0) else NOT_SHOWN
 
 
 @rule(
     "L10",
-    V,
+    VERDICT,
     "time of x.cpu().to(device) for the step's activations / one training step of the model "
     "that made them (does the round trip matter next to the work?); the link-vs-memory ratio "
     "(round trip / a copy in device memory, 10-100x by the hardware) is shown, not judged",
@@ -520,14 +526,14 @@ def _l9(t: dict, graph_bytes: float, after_backward_bytes: float) -> str:
     flips="with a step 10x shorter than this one (a tiny model) or 10x more bytes moved, the "
     "round trip is a large share of the step: holds; with a heavy step: does not hold",
 )
-def _l10(t: dict, on_gpu: bool, round_trip_share: float | None) -> str:
+def _l10_device_round_trips_cost(t: dict, on_gpu: bool, round_trip_share: float | None) -> str:
     r = round_trip_share
     return GPU if not on_gpu or r is None else HOLDS if r >= t["share"] else NOT_HERE
 
 
 @rule(
     "L11",
-    V,
+    VERDICT,
     "time of the same training loop with / without empty_cache() every step",
     f"holds when the loop is >= {{slower}}x slower ({NOISE}); else does not hold here",
     {"slower": 1.1},
@@ -536,13 +542,13 @@ def _l10(t: dict, on_gpu: bool, round_trip_share: float | None) -> str:
     flips="a loop whose step allocates little (or a caching allocator already holding nothing) "
     "makes empty_cache nearly free: does not hold; many large short-lived tensors: holds",
 )
-def _l11(t: dict, on_gpu: bool, slowdown: float) -> str:
+def _l11_empty_cache_stalls(t: dict, on_gpu: bool, slowdown: float) -> str:
     return GPU if not on_gpu else HOLDS if slowdown >= t["slower"] else NOT_HERE
 
 
 @rule(
     "L12",
-    V,
+    VERDICT,
     "fp16 + GradScaler vs fp32, same weights and batches: samples/s, activation memory, and the "
     "mean training loss's relative distance from fp32's",
     "holds when fp16 is >= {speed}x faster, needs >= {memory}x less activation "
@@ -555,7 +561,9 @@ def _l11(t: dict, on_gpu: bool, slowdown: float) -> str:
     flips="a small model that is launch-bound (or a GPU without fast fp16 units) is not faster: "
     "holds only when compute-bound; a larger model on tensor cores: holds",
 )
-def _l12(t: dict, on_gpu: bool, speedup: float, memory_ratio: float, loss_gap: float) -> str:
+def _l12_mixed_precision(
+    t: dict, on_gpu: bool, speedup: float, memory_ratio: float, loss_gap: float
+) -> str:
     if not on_gpu:
         return GPU
     if memory_ratio < t["memory"] or loss_gap > t["loss"]:
@@ -569,7 +577,7 @@ def _l12(t: dict, on_gpu: bool, speedup: float, memory_ratio: float, loss_gap: f
 
 @rule(
     "L13",
-    V,
+    VERDICT,
     "GPU / CPU time per full-batch step at 506 rows (the CPU at its best thread count)",
     "holds when the GPU takes >= {ratio}x the CPU's time (the article: "
     f"'no faster, maybe slower'; {NOISE}); else does not hold here",
@@ -578,14 +586,14 @@ def _l12(t: dict, on_gpu: bool, speedup: float, memory_ratio: float, loss_gap: f
     timed=("gpu_vs_cpu_time",),
     flips="a model 100x larger (or many more rows) makes the GPU faster: does not hold",
 )
-def _l13(t: dict, on_gpu: bool, gpu_vs_cpu_time: float | None) -> str:
+def _l13_small_data_on_a_gpu(t: dict, on_gpu: bool, gpu_vs_cpu_time: float | None) -> str:
     r = gpu_vs_cpu_time
     return GPU if not on_gpu or r is None else HOLDS if r >= t["ratio"] else NOT_HERE
 
 
 @rule(
     "L14",
-    M,
+    MECHANISM,
     "GPU 0 peak memory / the other GPUs' mean, loss outside vs inside forward; DataParallel "
     "gathers on device 0 by design, so this shows the mechanism's size, it tests no claim",
     "mechanism shown when the imbalance with the loss outside forward is > {imbalance} "
@@ -596,7 +604,7 @@ def _l13(t: dict, on_gpu: bool, gpu_vs_cpu_time: float | None) -> str:
     flips="none on real hardware: DataParallel gathers on device 0 by design; outputs tiny next to "
     "the weights hide the gather",
 )
-def _l14(
+def _l14_dataparallel_gathers_on_gpu0(
     t: dict, gpus: int, imbalance_outside: float | None, imbalance_inside: float | None
 ) -> str:
     if gpus < 2 or imbalance_outside is None or imbalance_inside is None:
@@ -610,7 +618,7 @@ def _l14(
 
 @rule(
     "L15",
-    V,
+    VERDICT,
     "time per sample, DDP vs DataParallel, same model, global batch, host data and syncs",
     "holds when DDP takes >= {less} less time per sample (half "
     "the article's ~20 % on 4 GPUs); else does not hold here",
@@ -620,13 +628,13 @@ def _l14(
     flips="a model whose step dwarfs the per-step thread and copy overhead shrinks the gap under "
     "{less}: does not hold; a small, fast step widens it",
 )
-def _l15(t: dict, gpus: int, less_time: float | None) -> str:
+def _l15_ddp_beats_dataparallel(t: dict, gpus: int, less_time: float | None) -> str:
     return GPUS2 if gpus < 2 or less_time is None else HOLDS if less_time >= t["less"] else NOT_HERE
 
 
 @rule(
     "L16",
-    M,
+    MECHANISM,
     "a DataParallel state_dict loaded strictly into a plain model: fixed by load_state_dict's key "
     "match (the map_location half needs a second device and is demonstrated, not judged)",
     "shown when the strict load fails (no threshold: a fact of the design)",
@@ -634,7 +642,7 @@ def _l15(t: dict, gpus: int, less_time: float | None) -> str:
     (SHOWN, NOT_SHOWN),
     flips="none on real hardware: load_state_dict matches keys by design",
 )
-def _l16(t: dict, prefix_load_failed: bool) -> str:
+def _l16_dataparallel_checkpoint_prefix(t: dict, prefix_load_failed: bool) -> str:
     return SHOWN if prefix_load_failed else NOT_SHOWN
 
 
@@ -643,7 +651,7 @@ def _l16(t: dict, prefix_load_failed: bool) -> str:
 # https://docs.pytorch.org/docs/stable/distributed.pipelining.html).
 @rule(
     "L17",
-    V,
+    VERDICT,
     "hand-off time (activations forward, their gradients back) / a "
     "plain 2-stage split's step; the idle time is fixed by the schedule (one of 2 sequential "
     "stages works at a time: busy at most 50 % on average, the slower one more) and shown, "
@@ -657,7 +665,7 @@ def _l16(t: dict, prefix_load_failed: bool) -> str:
     "hand-off under {handoff} of the step: does not hold; wide activations on a slow link: "
     "holds",
 )
-def _l17(t: dict, handoff_share: float) -> str:
+def _l17_split_model_idles_devices(t: dict, handoff_share: float) -> str:
     return HOLDS if handoff_share >= t["handoff"] else NOT_HERE
 
 
@@ -676,7 +684,7 @@ def _l17(t: dict, handoff_share: float) -> str:
     " the scaled lr diverge: does not hold; batch-norm half: none (per-device statistics are "
     "DDP's design)",
 )
-def _l18(
+def _l18_data_parallel_scales_the_batch(
     t: dict,
     lr_losses: tuple[float, float, float] | None = None,
     ddp_vs_global: float | None = None,
@@ -699,7 +707,7 @@ def _l18(
 
 @rule(
     "L19",
-    M,
+    MECHANISM,
     "an odd-sized data-parallel job (3 processes) and an even control (2), same launcher, model "
     "and backend: did each finish with identical replicas? DDP's all-reduce has no rule about "
     "the process count, so this shows the design, it tests no claim",
@@ -711,13 +719,13 @@ def _l18(
     flips="none on real hardware: DDP's all-reduce has no rule about the process count; an odd "
     "job fails only for another reason (memory, a data split), which the even control shows",
 )
-def _l19(t: dict, odd_world_finished: bool, even_world_finished: bool) -> str:
+def _l19_odd_gpu_count(t: dict, odd_world_finished: bool, even_world_finished: bool) -> str:
     return SHOWN if odd_world_finished and even_world_finished else NOT_SHOWN
 
 
 @rule(
     "L20",
-    M,
+    MECHANISM,
     "loss + gradient time, Python loop / vectorised (same values asserted): each element costs "
     "the loop a Python-level dispatch (microseconds), the vectorised loss one per operation, "
     "fixed by the interpreter: sized here, not scored",
@@ -728,13 +736,13 @@ def _l19(t: dict, odd_world_finished: bool, even_world_finished: bool) -> str:
     flips="none on real hardware: each element costs the loop a Python-level dispatch; fewer "
     "elements only shrink the ratio (it grows with their number)",
 )
-def _l20(t: dict, ratio: float) -> str:
+def _l20_python_loop_loss(t: dict, ratio: float) -> str:
     return SHOWN if ratio >= t["slower"] else NOT_SHOWN
 
 
 @rule(
     "L21",
-    M,
+    MECHANISM,
     "the profiler's diagnosis of a loop built input-bound and of one built device-bound: the "
     "advice is demonstrated on loops made for it, not tested on yours",
     "shown when the profile names the right kind for both loops (so it points to different "
@@ -744,7 +752,7 @@ def _l20(t: dict, ratio: float) -> str:
     flips="none: the loops are built for each kind; which kind a device-bound loop reads "
     "(device-bound or overhead-bound) depends on its kernels' size next to their launch",
 )
-def _l21(
+def _l21_profile_first(
     t: dict, data_loop_kind: str, compute_loop_kind: str, compute_kinds_expected: tuple[str, ...]
 ) -> str:
     ok = compute_loop_kind in compute_kinds_expected and compute_loop_kind in DEVICE_KINDS
@@ -755,7 +763,7 @@ def _l21(
 
 @rule(
     "L22",
-    V,
+    VERDICT,
     "speed-up bought by code (fast recipe / reference, this machine) vs by "
     "hardware (the fastest committed reference run of the same device class: a GPU against a "
     "GPU, a CPU against a CPU; same model width, no rescaling); and the cost of the same "
@@ -771,7 +779,7 @@ def _l21(
     "holds; one barely faster than the code gain: does not hold; pricier per epoch: holds only "
     "when time is worth the money",
 )
-def _l22(
+def _l22_faster_hardware_vs_code(
     t: dict, code_gain: float, hardware_gain: float | None, cost_ratio: float | None = None
 ) -> str:
     if hardware_gain is None:
@@ -784,7 +792,7 @@ def _l22(
 
 @rule(
     "L23",
-    V,
+    VERDICT,
     "test accuracy after the same epochs: 2 devices at batch 512, lr 0.2 vs 1 device at batch 256, "
     "lr 0.1 (without 2 GPUs: the larger batch with the scaled lr on one device)",
     "holds when the accuracy drops by more than {drop} (the book's "
@@ -794,7 +802,7 @@ def _l22(
     flips="more epochs (or a warm-up for the large batch's lr) close the gap within {drop}: does "
     "not hold; fewer epochs widen it",
 )
-def _l23(t: dict, gpus: int, acc_one: float, acc_two: float | None) -> str:
+def _l23_two_gpu_accuracy_drop(t: dict, gpus: int, acc_one: float, acc_two: float | None) -> str:
     return (
         GPUS2
         if gpus < 2 or acc_two is None
