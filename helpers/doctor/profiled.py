@@ -4,6 +4,7 @@ and what this device could not show."""
 from __future__ import annotations
 
 import time
+from collections import Counter
 
 import psutil
 import torch
@@ -140,12 +141,10 @@ def hot_dtype(hot: dict[str, int]) -> torch.dtype:
     """The dtype most of the step's matmuls and convolutions ran in (the counted window's hot
     ops, "op dtype layout"): the ceiling is measured in it, so a bf16 loop is held to the bf16
     rate, not fp32's (TF32 comes with the process's fp32 setting, as the loop's does)."""
-    by_dtype: dict[str, int] = {}
+    by_dtype: Counter[str] = Counter()
     for key, n in hot.items():
-        name = key.split()[1] if len(key.split()) > 1 else ""
-        by_dtype[name] = by_dtype.get(name, 0) + n
-    name = max(by_dtype, key=by_dtype.get, default="float32")
-    dtype = getattr(torch, name, None)
+        by_dtype[(key.split() + [""])[1]] += n
+    dtype = getattr(torch, max(by_dtype, key=by_dtype.get, default="float32"), None)
     return dtype if dtype in (torch.float32, torch.bfloat16, torch.float16) else torch.float32
 
 
