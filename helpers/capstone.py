@@ -23,7 +23,9 @@ from . import data, devices, diagnose, models, timing
 from .checks import check_choice, check_int, check_number
 
 D2L_WORKERS = 4  # d2l.get_dataloader_workers()
-MIN_STEADY_EPOCHS = 3  # timed epochs a compiled recipe needs (the warm-up epoch compiles)
+# timed epochs per bar after the warm-up epoch: a median and a spread (max - min) to keep a change
+# by; one timed epoch has no spread, so the 2 % margin alone would decide
+MIN_STEADY_EPOCHS = 3
 DATA_MODES = ("loader", "memory", "device")
 INITS = ("d2l", "default")
 PRECISIONS = ("fp32", "bf16", "fp16")  # fp16: autocast with a GradScaler (notebook 10)
@@ -150,7 +152,8 @@ class StepResult:
 
 
 # train(net, recipe, num_epochs, max_batches=None, on_step=None)
-#     -> {"seconds": [...], "samples": [...]}
+#     -> {"seconds": [...], "samples": [...]} and, where an epoch starts DataLoader workers,
+#        "first_batch": [...], the seconds of each epoch until its first batch arrived
 Train = Callable[..., dict[str, list]]
 
 
@@ -168,27 +171,29 @@ def measure(
 ) -> StepResult:
     """Time `train` on `recipe`: an untimed warm-up epoch (worker start-up, compiling, graph
     recording), then `epochs` timed ones of at most `max_batches` batches, their median scaled
-    to `n_train` images. Then `busy_steps` steady steps of one more epoch, past the loader's
-    prefetch, run under the profiler (`diagnose.StepWindow`): the device's busy share and the
-    time in a DataLoader's `__next__`, what `diagnose.bottleneck` labels the bar by."""
+    to `n_train` images. Where an epoch starts DataLoader workers (`out["first_batch"]`), the
+    wait for its first batch is paid once per epoch whatever its length: it is added as measured
+    and only the batches after it are scaled. Then `busy_steps` steady steps of one more epoch,
+    past the loader's prefetch, run under the profiler (`diagnose.StepWindow`): the device's busy
+    share and the time in a DataLoader's `__next__`, what `diagnose.bottleneck` labels the bar
+    by."""
     dev = devices.as_device(device)
-    check_int("epochs", epochs, 1, where="measure")
+    check_int("epochs", epochs, MIN_STEADY_EPOCHS, where="measure")
     check_int("busy_steps", busy_steps, 0, where="measure")
     if recipe.compile is not None:
-        if epochs < MIN_STEADY_EPOCHS:
-            raise ValueError(
-                f"measure: {recipe.name!r} compiles; time at least {MIN_STEADY_EPOCHS} epochs "
-                f"after the warm-up epoch (got epochs={epochs}): one epoch is one sample"
-            )
         torch.compiler.reset()  # each compiled bar starts clean: no earlier bar's graphs
     net = build_net(width, seed, recipe.init)
     out = train(net, recipe, 1 + epochs, max_batches=max_batches)
+    first = out.get("first_batch") or [0.0] * len(out["seconds"])
     per_epoch = [
-        n_train * s / n for s, n in list(zip(out["seconds"], out["samples"], strict=True))[1:]
+        _whole_epoch(s, n, f, recipe.batch_size, n_train)
+        for s, n, f in list(zip(out["seconds"], out["samples"], first, strict=True))[1:]
     ]
     timed = timing.measurement(per_epoch, recipe.name, window=min(out["seconds"][1:]), device=dev)
     window = _profiled_epoch(net, recipe, train, dev, n_train, busy_steps) if busy_steps else None
     extra: dict[str, Any] = {"epoch_seconds": per_epoch}
+    if any(first[1:]):
+        extra["first_batch_s"] = statistics.median(first[1:])
     if recipe.uses_cuda_graphs and window is not None:
         # the profiler sees each graph replay as a cudaGraphLaunch; none: the steps ran kernel
         # by kernel (Inductor skipped the graphs; TORCH_LOGS=perf_hints,cudagraphs says why)
@@ -207,6 +212,15 @@ def measure(
         timing=timed,
         wait_fraction=window.wait_fraction if window is not None else None,
     )
+
+
+def _whole_epoch(seconds: float, samples: int, first_batch: float, batch: int, n: int) -> float:
+    """Seconds of an `n`-image epoch from one of `samples` images: the wait for its first batch
+    (workers starting, paid once per epoch) as measured, the batches after it scaled; scaling
+    it too would count the start `n / samples` times."""
+    if not first_batch or samples <= batch:
+        return n * seconds / samples
+    return first_batch + (seconds - first_batch) * max(n - batch, 0) / (samples - batch)
 
 
 def _profiled_epoch(

@@ -175,11 +175,11 @@ def test_measure_profiles_steady_steps_past_the_loader_prefetch():
     calls = []
     r = capstone.measure(
         capstone.Recipe("m", data="memory", batch_size=8),
-        fake_train([1.0, 1.0], calls),
+        fake_train([1.0] * 4, calls),
         n_train=96,
         device="cpu",
         width=2,
-        epochs=1,
+        epochs=3,
         busy_steps=5,
     )
     # 12 batches per epoch on a CPU: 1 unprofiled warm-up step, then the 5 profiled ones
@@ -187,11 +187,11 @@ def test_measure_profiles_steady_steps_past_the_loader_prefetch():
     assert r.wait_fraction is None  # batches not from a DataLoader: no data wait to read
     ref = capstone.measure(
         capstone.Recipe("ref", batch_size=8),
-        fake_train([1.0, 1.0], calls),
+        fake_train([1.0] * 4, calls),
         n_train=96,
         device="cpu",
         width=2,
-        epochs=1,
+        epochs=3,
         busy_steps=5,
     )
     assert (
@@ -199,16 +199,36 @@ def test_measure_profiles_steady_steps_past_the_loader_prefetch():
     )  # 4 workers x 2 + 2 warm-up steps
 
 
-def test_measure_refuses_too_few_epochs_where_it_compiles():
-    with pytest.raises(ValueError, match="compiles; time at least 3 epochs"):
-        capstone.measure(
-            capstone.Recipe("c", data="device", compile={}),
-            fake_train([1.0] * 3),
-            n_train=96,
-            device="cpu",
-            epochs=2,
-            busy_steps=0,
-        )
+def test_measure_refuses_fewer_than_three_timed_epochs():
+    """One or two timed epochs give no spread worth keeping a change by."""
+    for recipe in (capstone.Recipe("c", data="device", compile={}), capstone.Recipe("ref")):
+        with pytest.raises(ValueError, match="epochs must be an int >= 3, got 2"):
+            capstone.measure(
+                recipe, fake_train([1.0] * 3), n_train=96, device="cpu", epochs=2, busy_steps=0
+            )
+
+
+def test_the_wait_for_the_first_batch_is_counted_once_per_epoch_not_scaled():
+    """An epoch cut to 3 batches of 32 that waited 0.5 s for its workers' first batch: the other
+    2 batches (0.2 s) scale to the 960-image epoch's 29 batches after the first, the wait does
+    not (scaled with them it would count 10 times)."""
+
+    def train(net, recipe, num_epochs, max_batches=None, on_step=None):
+        return {
+            "seconds": [5.0] + [0.7] * (num_epochs - 1),
+            "samples": [96] * num_epochs,
+            "first_batch": [3.0] + [0.5] * (num_epochs - 1),
+        }
+
+    r = capstone.measure(
+        capstone.Recipe("ref", batch_size=32), train, n_train=960, device="cpu", busy_steps=0
+    )
+    assert r.seconds_per_epoch == pytest.approx(0.5 + 0.2 * (960 - 32) / (96 - 32))
+    assert r.extra["first_batch_s"] == pytest.approx(0.5)
+    whole = capstone.measure(
+        capstone.Recipe("ref", batch_size=32), train, n_train=96, device="cpu", busy_steps=0
+    )
+    assert whole.seconds_per_epoch == pytest.approx(0.7)  # a whole epoch: as measured
 
 
 def test_run_waterfall_stacks_kept_changes_and_skips_with_the_reason():
@@ -233,7 +253,7 @@ def test_run_waterfall_stacks_kept_changes_and_skips_with_the_reason():
         n_train=32,
         device="cpu",
         width=2,
-        epochs=1,
+        epochs=3,
         busy_steps=0,
     )
     assert [(r.name, k) for r, _, k in wf] == [

@@ -1206,7 +1206,7 @@ CASES = [
     case(
         capstone.measure,
         ValueError,
-        r"'c' compiles; time at least 3 epochs",
+        r"measure: epochs must be an int >= 3, got 2",
         capstone.Recipe("c", data="device", compile={}),
         noop,
         n_train=8,
