@@ -119,6 +119,29 @@ WRONG = [
         "add up to exactly those of the whole batch",
         "equal micro-batches, up to rounding, and no batch norm (it sees each micro-batch alone)",
     ),
+    # skeptic reread: 07, 09, 11, 11b, 12
+    (
+        "`t.cpu()`, `t.numpy()` - copy a tensor",
+        "Tensor.numpy() raises on a GPU tensor; numpy(force=True) copies it to the host first",
+    ),
+    (
+        "only switches dropout and batch norm to their evaluation",
+        "eval() reaches every module; it changes those with an evaluation behaviour, such as these",
+    ),
+    (
+        "and re-tunes every time they change",
+        "each new shape is tuned once; a seen shape keeps its pick",
+    ),
+    (
+        "ATen does not use its NHWC convolution kernels for float64",
+        "cuDNN and oneDNN skip NHWC for float64; a CPU's slow_conv2d runs float64 in NHWC",
+    ),
+    ("*symbolic* size that then serves every size", "sizes 0 and 1 stay specialised"),
+    ("which then serves every later size", "every later size but 0 and 1, always specialised"),
+    (
+        "launch cost (several microseconds each)",
+        "no source for the number: a per-kernel cost that can dominate short kernels",
+    ),
 ]
 
 # (notebook prefix, corrected phrase, its source or None for a phrase built from the measurement).
@@ -284,6 +307,37 @@ CORRECTED = [
         "15",
         "can be slower or many times faster than one memory copy on this machine",
         "https://www.nvidia.com/en-us/data-center/nvlink/",
+    ),
+    # skeptic reread: 07, 09, 11, 11b, 12
+    (
+        "07",
+        "`t.numpy(force=True)` - copy a tensor to the host",
+        f"{PT}/generated/torch.Tensor.numpy.html",
+    ),
+    (
+        "09",
+        "only switches modules with an evaluation behaviour, such as dropout and batch norm",
+        f"{PT}/generated/torch.nn.Module.html#torch.nn.Module.eval",
+    ),
+    (
+        "11",
+        "tunes again for each shape it has not seen",
+        f"{PT}/notes/randomness.html#cuda-convolution-benchmarking",
+    ),
+    (
+        "11",
+        "cuDNN and oneDNN do not run float64 in NHWC",
+        "https://github.com/pytorch/pytorch/blob/v2.14.0/aten/src/ATen/native/ConvUtils.h",
+    ),
+    (
+        "11b",
+        "which serves every later size but 0 and 1",
+        f"{PT}/user_guide/torch_compiler/compile/dynamic_shapes_zero_one_specialization.html",
+    ),
+    (
+        "11b",
+        "which can dominate small models and small batches",
+        "https://docs.nvidia.com/cuda/cuda-programming-guide/04-special-topics/cuda-graphs.html",
     ),
 ]
 
