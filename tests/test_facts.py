@@ -142,6 +142,44 @@ WRONG = [
         "launch cost (several microseconds each)",
         "no source for the number: a per-kernel cost that can dominate short kernels",
     ),
+    # skeptic reread: 00-03, 06
+    (
+        "smaller products are mostly launch overhead",
+        "a 1024x1024 product is not mostly launch overhead on a large GPU; it may not fill it",
+    ),
+    (
+        "(on a GPU with tensor cores: TF32, bf16, fp16)",
+        "TF32 and bf16 tensor cores start with Ampere; Volta and Turing (a T4) have fp16 ones only",
+    ),
+    ("in main memory (a GPU's HBM)", "many GPUs (a T4, GeForce cards) use GDDR, not HBM"),
+    (
+        "with tensor cores, the bf16 roof above it",
+        "bf16 tensor cores start with Ampere; Volta and Turing have fp16 ones",
+    ),
+    (
+        "with tensor cores, TF32, bf16 and fp16 roofs are",
+        "TF32 and bf16 need an Ampere or newer GPU; a T4's tensor cores run fp16 only",
+    ),
+    (
+        "Workers end when their loader's iterator is garbage-collected",
+        "without persistent_workers they also end when the iterator finishes its pass",
+    ),
+    (
+        "cuDNN's workspace: 66 MiB on an H100",
+        "66 MiB was a whole batch-8 step's peak on an H100, the workspace included",
+    ),
+    (
+        "On a CPU there is no out-of-memory error to catch",
+        "an allocation the OS refuses outright raises a RuntimeError; no torch.OutOfMemoryError",
+    ),
+    (
+        "`k` times the big batch's - as if the learning rate",
+        "only with plain SGD; Adam's step is nearly invariant to a constant gradient scale",
+    ),
+    (
+        "it is usually harmless with micro-batches of 16 or more",
+        "one measurement (ResNet-50 on ImageNet, Wu & He 2018): little loss down to 16 per batch",
+    ),
 ]
 
 # (notebook prefix, corrected phrase, its source or None for a phrase built from the measurement).
@@ -338,6 +376,49 @@ CORRECTED = [
         "11b",
         "which can dominate small models and small batches",
         "https://docs.nvidia.com/cuda/cuda-programming-guide/04-special-topics/cuda-graphs.html",
+    ),
+    # skeptic reread: 00-03, 06
+    (
+        "00",
+        "smaller products may not fill the GPU",
+        "https://docs.nvidia.com/deeplearning/performance/dl-performance-matrix-multiplication/index.html",
+    ),
+    (
+        "01",
+        "on an Ampere or newer GPU: TF32, bf16, fp16",
+        "https://docs.nvidia.com/cuda/ampere-tuning-guide/index.html",
+    ),
+    (
+        "01",
+        "HBM, or GDDR on cards such as the",
+        "https://www.nvidia.com/en-us/data-center/tesla-t4/",
+    ),
+    (
+        "01",
+        "the fp16 roof (and, from Ampere, bf16's)",
+        "https://docs.nvidia.com/cuda/ampere-tuning-guide/index.html",
+    ),
+    (
+        "01",
+        "or newer GPUs, TF32, bf16 and fp16 roofs are several times higher",
+        f"{PT}/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices",
+    ),
+    (
+        "03",
+        "when their iterator finishes its pass or is garbage-collected",
+        "https://github.com/pytorch/pytorch/blob/v2.14.0/torch/utils/data/dataloader.py",
+    ),
+    ("06", "batch 8 peaked at 66 MiB on an H100", None),
+    (
+        "06",
+        "only an allocation the OS refuses outright raises",
+        "https://docs.kernel.org/mm/overcommit-accounting.html",
+    ),
+    ("06", "divides most of that scale away", f"{PT}/generated/torch.optim.Adam.html"),
+    (
+        "06",
+        "batch norm lost little down to 16 images per batch",
+        "https://arxiv.org/abs/1803.08494",
     ),
 ]
 
