@@ -180,6 +180,59 @@ WRONG = [
         "it is usually harmless with micro-batches of 16 or more",
         "one measurement (ResNet-50 on ImageNet, Wu & He 2018): little loss down to 16 per batch",
     ),
+    # skeptic reread: 13, 14, 16, 18, 19
+    (
+        "`SyncBatchNorm` all-reduces the batch statistics",
+        "it all-gathers each rank's mean, inverse std and count (counts may differ), then combines",
+    ),
+    (
+        "implements it for GPUs only",
+        "SyncBatchNorm runs on CUDA, XPU, HPU and custom accelerators; not on a CPU or MPS",
+    ),
+    ("`SyncBatchNorm` (GPU only)", "not on a CPU; CUDA and a few other accelerators"),
+    (
+        "so it must end with the same weights",
+        "the same weights up to float rounding (the check allows 1e-4)",
+    ),
+    (
+        "It is exact: N processes",
+        "exact up to float rounding, and only for a loss averaged over the batch",
+    ),
+    (
+        "it is the cheapest it will ever be",
+        "gloo over loopback shares the cores with the compute; NVLink or InfiniBand can be cheaper",
+    ),
+    (
+        "the gain here is a lower bound of the gain between machines",
+        "the saving depends on the all-reduce and the compute of the machines it runs on",
+    ),
+    (
+        "if one process dies, the others would wait until their",
+        "gloo's ranks fail as soon as the dead rank's connections close; a hung rank holds them",
+    ),
+    (
+        "NCCL ranks wait in the same way",
+        "gloo's ranks do not wait for the timeout when a rank dies",
+    ),
+    (
+        "Left alone, the survivors would wait out the",
+        "gloo's survivors fail once the dead rank's sockets close",
+    ),
+    (
+        "the others would wait in their next collective until its timeout",
+        "an error (closed connections) or the timeout ends them",
+    ),
+    ("DDP's single all-reduce", "DDP all-reduces gradient buckets (25 MiB, the first 1 MiB)"),
+    (
+        "a model 4-8 times too big for one device",
+        "under 8x: the activations and the gathered layers need room too",
+    ),
+    ("a CPU has no datasheet peak", "the suite's peak table lists NVIDIA GPUs only"),
+    ("is the big step (about 2x here)", "no committed CPU run gives that factor"),
+    (
+        "`print(t)` (no op runs there)",
+        "print runs its formatting ops with Python dispatch modes switched off",
+    ),
 ]
 
 # (notebook prefix, corrected phrase, its source or None for a phrase built from the measurement).
@@ -419,6 +472,52 @@ CORRECTED = [
         "06",
         "batch norm lost little down to 16 images per batch",
         "https://arxiv.org/abs/1803.08494",
+    ),
+    # skeptic reread: 13, 14, 16, 18, 19
+    (
+        "14",
+        "all-gathers every rank's batch statistics",
+        "https://github.com/pytorch/pytorch/blob/main/torch/nn/modules/_functions.py",
+    ),
+    (
+        "14",
+        "not for the CPU or an Apple GPU",
+        "https://github.com/pytorch/pytorch/blob/main/torch/nn/modules/batchnorm.py",
+    ),
+    (
+        "14",
+        "for a loss averaged over the batch",
+        f"{PT}/generated/torch.nn.parallel.DistributedDataParallel.html",
+    ),
+    (
+        "14",
+        "so it holds for this machine only",
+        f"{PT}/generated/torch.nn.parallel.DistributedDataParallel.html",
+    ),
+    (
+        "16",
+        "gloo's ranks fail as soon as its connections close",
+        "https://github.com/pytorch/gloo/blob/main/gloo/transport/tcp/pair.cc",
+    ),
+    (
+        "16",
+        "Left alone, gloo's survivors fail once the dead",
+        "https://github.com/pytorch/gloo/blob/main/gloo/transport/tcp/pair.cc",
+    ),
+    (
+        "16",
+        "DDP's all-reduce of its gradient buckets",
+        f"{PT}/generated/torch.nn.parallel.DistributedDataParallel.html",
+    ),
+    (
+        "16",
+        "less than 8 times: the activations and the gathered layers",
+        f"{PT}/distributed.fsdp.fully_shard.html",
+    ),
+    (
+        "19",
+        "`print` runs its ops with dispatch modes switched off",
+        "https://github.com/pytorch/pytorch/blob/main/torch/_tensor_str.py",
     ),
 ]
 
