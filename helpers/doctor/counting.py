@@ -4,7 +4,8 @@ whose steps are in no timing.
 
 What it can see: every aten op below autograd, forward and backward. On a CPU, `.item()`,
 `float(t)`, `bool(t)` (all `aten._local_scalar_dense`) and `nonzero`; `.cpu()`, `.tolist()`,
-`.numpy()` and `print(t)` of a CPU tensor run no op and are invisible. On a GPU, copies from the
+`.numpy()` of a CPU tensor run no op and are invisible, and `print(t)` runs its ops with
+dispatch modes switched off. On a GPU, copies from the
 device to the host are ops too, and counted; so are copies from the host to a CUDA device that
 make the host wait as well: from pageable (not pinned) memory, where CUDA stages the data and
 synchronises, or with non_blocking=False, where PyTorch synchronises after the copy
