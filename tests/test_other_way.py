@@ -86,9 +86,26 @@ def test_l5_reaches_each_outcome_through_its_own_cell(tmp_path):
 # reason given. The outcomes that say what this machine lacks ("needs a GPU", ...) are what every
 # smoke run of the notebook here prints.
 DRIVEN_HERE: dict[str, dict[str, str]] = {
+    "L4": dict.fromkeys(
+        claims.RULES["L4"].verdicts,
+        "test_other_way_02_06: test_l4_each_way_with_a_slow_disk_a_slow_decode_and_a_slow_loader",
+    ),
     "L5": dict.fromkeys(
         claims.RULES["L5"].verdicts,
         "test_other_way: test_l5_reaches_each_outcome_through_its_own_cell",
+    ),
+    "L17": dict.fromkeys(
+        claims.RULES["L17"].verdicts,
+        "test_other_way_15_18: test_l17_holds_with_wide_free_stages_and_not_with_sleeping_ones",
+    ),
+    "L18": dict.fromkeys(
+        ("holds (learning-rate part)", claims.NOT_HERE),
+        "test_other_way_02_06: "
+        "test_l18_lr_half_holds_at_06s_sizes_and_not_in_a_one_step_or_overshooting_run",
+    ),
+    "L22": dict.fromkeys(
+        claims.RULES["L22"].verdicts[1:],
+        "test_other_way_15_18: test_l22_reaches_each_outcome_against_planted_reference_runs",
     ),
 }
 _GPU = "needs a CUDA GPU: the quantity judged is timed on one (a CPU run prints 'needs a GPU')"
@@ -142,6 +159,7 @@ def test_every_verdict_outcome_is_driven_here_or_has_a_reason_it_is_not():
         assert driven | elsewhere == _decided(claim), (claim, _decided(claim) - driven - elsewhere)
         for where in DRIVEN_HERE.get(claim, {}).values():
             module, _, test = where.partition(": ")
+            test = test.strip()
             source = (here / f"{module}.py").read_text(encoding="utf-8")
             assert f"\ndef {test}(" in source, f"{claim}: {where} does not exist"
     for claim, reasons in ONLY_ELSEWHERE.items():

@@ -64,6 +64,7 @@ def _l17_run(
     )
     ns = {
         "os": os,
+        "torch": torch,
         "launch": launch,
         "plotting": plotting,
         "plt": plt,

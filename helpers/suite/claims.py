@@ -680,9 +680,9 @@ def _l17_split_model_idles_devices(t: dict, handoff_share: float) -> str:
     "{equal}) and the ranks' BN means differ by > {differs} (float32 noise; stated tolerances)",
     {"equal": 1e-4, "differs": 1e-6},
     ("holds (learning-rate part)", NOT_HERE, "mechanism shown (batch-norm part)", NOT_SHOWN),
-    flips="learning-rate half: a batch past the linear-scaling range (or a very short run) can make"
-    " the scaled lr diverge: does not hold; batch-norm half: none (per-device statistics are "
-    "DDP's design)",
+    flips="learning-rate half: a run too short to tell the two lrs apart (one step: both end at "
+    "the untrained loss) or a batch past the linear-scaling range, where the scaled lr "
+    "overshoots: does not hold; batch-norm half: none (per-device statistics are DDP's design)",
 )
 def _l18_data_parallel_scales_the_batch(
     t: dict,
