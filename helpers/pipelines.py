@@ -243,16 +243,21 @@ class WorkerMemorySampler:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            total, n = [0, 0, 0], 0
-            for w in live_workers():
+            total, n, workers = [0, 0, 0], 0, live_workers()
+            for w in workers:
                 try:
                     total, n = [a + b for a, b in zip(total, _memory(w), strict=True)], n + 1
                 except (psutil.NoSuchProcess, psutil.AccessDenied):
                     pass
             rss, uss, pss = total
-            self.samples.append(
-                dict(rss=rss, uss=uss, pss=pss, workers=n, parent_pss=_memory(self._me)[2])
-            )
+            parent_pss = _memory(self._me)[2]
+            # a worker that exited (or started) between the two reads moved the pages it shared
+            # with this process into (or out of) this process's PSS: a sum that counts them twice
+            # or not at all, dropped
+            if {w.pid for w in live_workers()} == {w.pid for w in workers}:
+                self.samples.append(
+                    dict(rss=rss, uss=uss, pss=pss, workers=n, parent_pss=parent_pss)
+                )
             self._stop.wait(self.interval)
 
     def __enter__(self) -> WorkerMemorySampler:

@@ -82,10 +82,14 @@ def test_l5_reaches_each_outcome_through_its_own_cell(tmp_path):
 
 
 # Every decided outcome of every verdict rule: driven on this CPU through the notebook's own
-# measuring code by the named test (module: test), or reached only on other hardware, for the
-# reason given. The outcomes that say what this machine lacks ("needs a GPU", ...) are what every
+# measuring code by the named test (module: test), or not driven here (other hardware reaches
+# it, or a test could not reach it in a few seconds), for the reason given. The outcomes that say what this machine lacks ("needs a GPU", ...) are what every
 # smoke run of the notebook here prints.
 DRIVEN_HERE: dict[str, dict[str, str]] = {
+    "L1": dict.fromkeys(
+        claims.RULES["L1"].verdicts,
+        "test_other_way_03: test_l1_holds_past_the_cores_only_within_them_and_not_at_all",
+    ),
     "L4": dict.fromkeys(
         claims.RULES["L4"].verdicts,
         "test_other_way_02_06: test_l4_each_way_with_a_slow_disk_a_slow_decode_and_a_slow_loader",
@@ -110,7 +114,19 @@ DRIVEN_HERE: dict[str, dict[str, str]] = {
 }
 _GPU = "needs a CUDA GPU: the quantity judged is timed on one (a CPU run prints 'needs a GPU')"
 _GPUS2 = "needs two or more GPUs (a CPU or one-GPU run prints 'needs >=2 GPUs')"
-ONLY_ELSEWHERE: dict[str, dict[str, str]] = {
+# L2 is reached by 03's own run here (its verdict is in every report), not driven by a test: at
+# 03's batch of 512 small images the workers' own memory (~25 MB for two) is the size of the
+# batches' arithmetic, so the outcome turns on a few MB; batches of 100 MB and more take 5-7 s
+# a run on 2 cores, past a driving test's few seconds
+_L2 = "not driven on a 2-core test machine: {} (the notebook's own run reports it, on any machine)"
+NOT_DRIVEN_HERE: dict[str, dict[str, str]] = {
+    "L2": {
+        claims.HOLDS: _L2.format("batches far larger than the workers' own ~25 MB"),
+        "holds only when read as a lower bound": _L2.format(
+            "growth with the batch beyond the spread of a read across the workers' exit"
+        ),
+        claims.NOT_HERE: _L2.format("tiny batches, whose added memory sits inside its spread"),
+    },
     "L3": dict.fromkeys(claims.RULES["L3"].verdicts[1:], _GPU + ": a host-to-device copy"),
     "L6": dict.fromkeys(
         claims.RULES["L6"].verdicts[2:],
@@ -154,7 +170,7 @@ def test_every_verdict_outcome_is_driven_here_or_has_a_reason_it_is_not():
     here = Path(__file__).parent
     for claim in verdict_rules:
         driven = set(DRIVEN_HERE.get(claim, {}))
-        elsewhere = {v for v in ONLY_ELSEWHERE.get(claim, {}) if v in _decided(claim)}
+        elsewhere = {v for v in NOT_DRIVEN_HERE.get(claim, {}) if v in _decided(claim)}
         assert not driven & elsewhere, f"{claim}: listed both here and elsewhere"
         assert driven | elsewhere == _decided(claim), (claim, _decided(claim) - driven - elsewhere)
         for where in DRIVEN_HERE.get(claim, {}).values():
@@ -162,6 +178,6 @@ def test_every_verdict_outcome_is_driven_here_or_has_a_reason_it_is_not():
             test = test.strip()
             source = (here / f"{module}.py").read_text(encoding="utf-8")
             assert f"\ndef {test}(" in source, f"{claim}: {where} does not exist"
-    for claim, reasons in ONLY_ELSEWHERE.items():
+    for claim, reasons in NOT_DRIVEN_HERE.items():
         assert all(len(why) > 20 for why in reasons.values()), claim
-    assert set(DRIVEN_HERE) | set(ONLY_ELSEWHERE) <= set(verdict_rules)
+    assert set(DRIVEN_HERE) | set(NOT_DRIVEN_HERE) <= set(verdict_rules)
