@@ -36,6 +36,16 @@ UNSEEN = {
 }
 # The profiler's label for each call of a torch.compile'd region (frame/compile ids after it).
 COMPILED_EVENT = "Torch-Compiled Region"
+# Collectives, by the names torch.profiler gives them on torch 2.14 (seen in a 2-rank gloo DDP
+# run, rank 1 slowed by 50 ms a step: rank 0's "gloo:all_reduce" spans lasted 48 ms a step,
+# rank 1's 5 ms): gloo's work items "gloo:all_reduce", "gloo:broadcast", "gloo:barrier", ...,
+# each on a gloo thread from its enqueue to its completion, so the time a peer keeps it waiting
+# is inside; DDP's buckets overlap, hence their union, not their sum. NCCL's, from torch's
+# source (one GPU here: not run): "nccl:<op>" on the host (the enqueue) and its kernels
+# (ncclDevKernel_*, ncclKernel_*), which spin on the device until every peer arrives. Not counted:
+# "c10d::allreduce_" and its kin, the dispatcher op that only enqueues (0.1 ms, at the span's
+# start), and DDP's reducer events (bucket copies: compute, not waiting).
+COLLECTIVES = ("gloo:", "nccl:", "nccldevkernel", "ncclkernel")
 
 
 def read(session: object, m: Measured) -> None:
@@ -71,7 +81,10 @@ def _from_profiler(prof: torch.profiler.profile, w: object, m: Measured) -> None
     window_s = w.t1 - w.t0
     stall = 0.0
     compiled = 0
+    collectives = []  # (start, end) in us, host spans and device kernels alike
     for e in prof.events():
+        if e.name.lower().startswith(COLLECTIVES):
+            collectives.append((e.time_range.start, e.time_range.end))
         if str(e.device_type).endswith("CUDA"):  # a kernel: the busy formula reads those
             continue
         if e.name.startswith(COMPILED_EVENT):
@@ -91,6 +104,8 @@ def _from_profiler(prof: torch.profiler.profile, w: object, m: Measured) -> None
         # a wait from one over a step from the other could exceed the step
         wait = diagnose.loader_wait_seconds(prof) or 0.0  # no DataLoader: batches in hand
         m.wait_s = min(1.0, wait / window_s) * m.step_s
+    if (collectives or _in_process_group()) and window_s > 0:  # as the wait: a share, applied
+        m.collective_s = min(1.0, 1e-6 * _union_us(collectives) / window_s) * m.step_s
     if m.device == "cuda":
         busy_s = diagnose.busy_seconds(prof, "cuda")
         m.busy = diagnose.busy_fraction(busy_s, window_s) if window_s > 0 else None
@@ -99,6 +114,21 @@ def _from_profiler(prof: torch.profiler.profile, w: object, m: Measured) -> None
             devices.capabilities("cuda").ok("tf32")  # TF32 tensor cores: 8.0+
             and _matmul_fp32_precision() == "ieee"
         )
+
+
+def _union_us(spans: list[tuple[float, float]]) -> float:
+    """Microseconds covered by at least one of the spans."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(spans):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
+
+
+def _in_process_group() -> bool:
+    dist = torch.distributed
+    return dist.is_available() and dist.is_initialized()
 
 
 def _matmul_fp32_precision() -> str:
