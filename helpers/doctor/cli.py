@@ -408,7 +408,11 @@ def child(out: Path, steps: int, script: str, args: list[str]) -> None:
     joined: list[bool] = []
     if ranks:
         _join_through_file(ranks["init_method"], joined)
-    data_parallel = _watch_data_parallel()
+    data_parallel_seen: list[bool] = []
+
+    def done() -> None:  # the windows are done: the script's objects are all alive now
+        data_parallel_seen.append(_data_parallel_alive())
+        _stop()
 
     # --steps bounds the run: windows counted in steps only (the notebook form also asks for
     # time); the threads what-if times as many steps as the timed window (equal work); the
@@ -422,7 +426,7 @@ def child(out: Path, steps: int, script: str, args: list[str]) -> None:
         trial_steps=None,
         seconds=0.0,
         workers=None,  # counted at the first step: the loader is not in hand
-        on_done=_stop,
+        on_done=done,
         trials=None if ranks else lambda s: _threads_trial(s, steps),
     )
     seen: set[str] = set()
@@ -445,19 +449,29 @@ def child(out: Path, steps: int, script: str, args: list[str]) -> None:
     finally:
         session.close()
         stop.set()
+    # else the loop ended before the windows did: what the script left alive
+    data_parallel = data_parallel_seen[0] if data_parallel_seen else _data_parallel_alive()
     if not ranks:
-        _write(out, _result(session, error, seen, bool(data_parallel)))
+        _write(out, _result(session, error, seen, data_parallel))
         return
     rank, rates = int(os.environ["RANK"]), Path(ranks["folder"]) / "rates.json"
-    if error is not None:  # a failed rank fails the job: its peers wait for it in vain
-        result = {"error": error}
-    else:
-        if rank != 0:  # rank 0 measures the machine's rates, once, while the others wait
-            _await_rates(session, rates)
-        result = _result(session, error, seen, bool(data_parallel))
-        if rank == 0:
-            _write(rates, session.rates)
+    result = {"error": error}  # a failed rank fails the job: its peers wait for it in vain
+    if error is None:
+        result = _rank_result(session, rank, rates, seen, data_parallel)
     _write(out, {**result, "rank": {"rank": rank, "process_group": bool(joined)}})
+
+
+def _rank_result(
+    session: Session, rank: int, rates: Path, seen: set[str], data_parallel: bool
+) -> dict:
+    """A rank's diagnosis: rank 0 measures the machine's rates, once, while the others wait
+    for them (N ranks measuring at once would each measure a machine the others keep busy)."""
+    if rank != 0:
+        _await_rates(session, rates)
+    result = _result(session, None, seen, data_parallel)
+    if rank == 0:
+        _write(rates, session.rates)
+    return result
 
 
 def _write(path: Path, value: object) -> None:
@@ -494,26 +508,20 @@ def _join_through_file(init_method: str, joined: list[bool]) -> None:
     dist.init_process_group = init  # the doctor's child only, one of --nproc's ranks
 
 
-def _watch_data_parallel() -> list[str]:
-    """The torch.nn.DataParallel modules the script builds, by class name (their constructor
-    wrapped, in the doctor's child only)."""
+def _data_parallel_alive() -> bool:
+    """Whether the script holds a torch.nn.DataParallel: looked for among the objects the
+    garbage collector tracks (modules are), once, after the windows, so no constructor of
+    torch's is wrapped and no step is slowed."""
+    import gc
+
     from torch import nn
 
-    built: list[str] = []
-    original = nn.DataParallel.__init__
-
-    @functools.wraps(original)
-    def init(self: nn.DataParallel, *args: Any, **kwargs: Any) -> None:
-        built.append(type(self).__name__)
-        original(self, *args, **kwargs)
-
-    nn.DataParallel.__init__ = init
-    return built
+    return any(issubclass(type(o), nn.DataParallel) for o in gc.get_objects())
 
 
 def _await_rates(session: Session, path: Path) -> None:
-    """Rank 0's measurement of the machine's rates, where it comes within RATES_WAIT_S: N ranks
-    measuring at once would each measure a machine the others keep busy."""
+    """Rank 0's measurement of the machine's rates, where it comes within RATES_WAIT_S (else
+    the rank measures them itself)."""
     deadline = time.monotonic() + RATES_WAIT_S
     while not path.is_file() and time.monotonic() < deadline:
         time.sleep(0.05)
