@@ -250,9 +250,28 @@ def test_the_straggler_rule_either_side_of_its_threshold(waits, straggler):
         assert f.kind == "straggler" and f.notebook in rules.NOTEBOOKS.values()
 
 
-def test_collective_time_is_the_union_of_overlapping_spans():
+@pytest.mark.parametrize("noisy", ["step_spread_s", "collective_spread_s"])
+def test_a_gap_inside_a_ranks_spread_names_no_straggler(noisy):
+    """A 20 ms gap on a 60 ms step is past the 10 % floor, but not past a rank whose steps, or
+    whose waits, spread by 25 ms: a busy machine, not a straggler."""
+    ranks = [
+        {"rank": r, "step_s": 0.060, "step_spread_s": 0.001, "collective_s": w}
+        for r, w in enumerate([0.025, 0.005])
+    ]
+    assert rules.straggler(ranks)["rank"] == 1
+    ranks[0][noisy] = 0.025
+    assert rules.straggler(ranks) is None
+
+
+def test_collective_time_is_the_union_of_overlapping_spans_step_by_step():
     from helpers.doctor import profiled
 
     # DDP's buckets overlap (two all-reduces in flight at once): counted once
     assert profiled._union_us([(0, 10), (5, 20), (30, 40), (31, 32)]) == 30
     assert profiled._union_us([]) == 0
+    # three 100 us steps, in collectives 50, 90 (one step a busy machine held up) and 40 us
+    m = rules.Measured(device="cpu", step_s=0.010, steps=12)
+    spans = [(10, 40), (30, 60), (110, 200), (250, 290)]
+    profiled._collectives(spans, [0, 100, 200, 300], m)
+    assert m.collective_s == pytest.approx(0.5 * 0.010)  # the median share, of the timed step
+    assert m.collective_spread_s > 0

@@ -363,6 +363,7 @@ def _combine_ranks(run: dict, timeout: float) -> dict:
                 "step_s": m["step_s"],
                 "step_spread_s": m.get("step_spread_s"),
                 "collective_s": c,
+                "collective_spread_s": m.get("collective_spread_s"),
                 "collective_share": None if c is None else min(1.0, c / m["step_s"]),
                 "verdict": res["verdict"]["kind"],
                 "findings": [f["kind"] for f in res["findings"]],
@@ -417,11 +418,13 @@ def child(out: Path, steps: int, script: str, args: list[str]) -> None:
     # --steps bounds the run: windows counted in steps only (the notebook form also asks for
     # time); the threads what-if times as many steps as the timed window (equal work); the
     # memory window comes out of the steps first, where they leave room for it. A rank runs no
-    # what-if: its trial would stop it at another step than its peers, who would then wait for
-    # it in their next collective
+    # what-if (its trial would stop it at another step than its peers, who would then wait for
+    # it in their next collective), and profiles as many steps as it times, for a median wait
     memory = MEMORY_WINDOW if steps >= MIN_STEPS + MEMORY_WINDOW else 0
+    timed = max(3, (steps - 8 - memory) // 2)
     session = Session(
-        timed=max(3, (steps - 8 - memory) // 2),
+        timed=timed,
+        profiled=timed if ranks else 2,
         memory=memory,
         trial_steps=None,
         seconds=0.0,

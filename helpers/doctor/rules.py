@@ -68,12 +68,12 @@ DEVICE_BOUND = set(DEVICE_FIXES)
 FIRST = ("memory-growth",)
 # The straggler (--nproc N): under DDP every rank's step lasts as long as the slowest rank's, as
 # each waits in the all-reduce for the last to arrive, so the slow rank is the one that waits
-# LEAST in collectives. It is named when its wait is below the others' by more than the noise:
-# the ranks' own step spread (the largest interquartile range of their timed windows), the
-# spread of the other ranks' waits, and this share of the step. The floor, because the wait is
-# read off a two-step profiled window, in which one scheduling hiccup of a busy machine moves a
-# rank by milliseconds; 10 %: compare's run-to-run noise floor too (a smaller imbalance is not
-# told from two runs of the same script).
+# LEAST in collectives. It is named when its wait (the median over its profiled steps) is below
+# the others' by more than the noise: the ranks' step spreads and their waits' spreads (the
+# largest interquartile range of any rank's steps), the spread of the other ranks' waits, and
+# this share of the step: on a busy machine a rank held up for a few milliseconds makes its
+# peers wait that long, and a spread over a few steps can miss it; 10 %: compare's run-to-run
+# noise floor too (a smaller imbalance is not told from two runs of the same script).
 STRAGGLER_FLOOR = 0.10
 
 
@@ -139,9 +139,11 @@ class Measured:
     memory_slope_error: float | None = None
     memory_source: str = ""
     memory_sites: list[dict] = field(default_factory=list)
-    # time a step has a collective in flight (helpers/doctor/profiled.py: COLLECTIVES): None
-    # when the script ran none and formed no process group
+    # time a step has a collective in flight (helpers/doctor/profiled.py: COLLECTIVES), the
+    # profiled steps' median, and their spread (interquartile range): None when the script ran
+    # none and formed no process group
     collective_s: float | None = None
+    collective_spread_s: float | None = None
     data_parallel: bool = False  # the script built a torch.nn.DataParallel
 
     @property
@@ -618,7 +620,8 @@ def straggler(ranks: list[dict]) -> dict | None:
     """The rank that waits least in collectives, where it waits less than the others by more
     than the noise (STRAGGLER_FLOOR): {"rank", "collective_s", "others_s" (the others' median),
     "gap_s", "threshold_s", "step_s"}. None: a balanced job, or collectives not measured on
-    every rank. `ranks`: each rank's {"rank", "step_s", "step_spread_s", "collective_s"}."""
+    every rank. `ranks`: each rank's {"rank", "step_s", "step_spread_s", "collective_s",
+    "collective_spread_s"}."""
     if len(ranks) < 2 or any(r.get("collective_s") is None for r in ranks):
         return None
     slow = min(ranks, key=lambda r: r["collective_s"])
@@ -627,7 +630,7 @@ def straggler(ranks: list[dict]) -> dict | None:
     gap = statistics.median(others) - slow["collective_s"]
     threshold = max(
         STRAGGLER_FLOOR * step,
-        max(r.get("step_spread_s") or 0.0 for r in ranks),
+        max(r.get(k) or 0.0 for r in ranks for k in ("step_spread_s", "collective_spread_s")),
         max(others) - min(others),
     )
     if gap <= threshold:
@@ -657,8 +660,9 @@ def straggler_finding(s: dict) -> Finding:
         "the step, and a core or device of its own (a busy neighbour slows one rank)",
         NOTEBOOKS["straggler"],
         rule=f"a rank's time in collectives below the others' by more than the largest of "
-        f"{STRAGGLER_FLOOR:.0%} of the step, the ranks' step spread and the other ranks' spread "
-        "(under DDP every step lasts as long as the slowest rank's, which waits least)",
+        f"{STRAGGLER_FLOOR:.0%} of the step, the ranks' spreads of step and of time in "
+        "collectives, and the other ranks' spread (under DDP every step lasts as long as the "
+        "slowest rank's, which waits least)",
     )
 
 
