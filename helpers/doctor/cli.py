@@ -43,6 +43,7 @@ import tempfile
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -402,7 +403,7 @@ def _watch_children(seen: set[str], stop: threading.Event) -> None:
 
 def child(out: Path, steps: int, script: str, args: list[str]) -> None:
     """Run `script` under the doctor's hook and write the diagnosis (or the reason) to `out`."""
-    from .session import Session, Stop  # torch: only in the script's process
+    from .session import Stop  # torch: only in the script's process
 
     whatif.apply_in_child()  # --what-if's change, before the script builds anything
     ranks = json.loads(os.environ.pop(RANKS, "null"))  # one of --nproc's ranks
@@ -415,23 +416,7 @@ def child(out: Path, steps: int, script: str, args: list[str]) -> None:
         data_parallel_seen.append(_data_parallel_alive())
         _stop()
 
-    # --steps bounds the run: windows counted in steps only (the notebook form also asks for
-    # time); the threads what-if times as many steps as the timed window (equal work); the
-    # memory window comes out of the steps first, where they leave room for it. A rank runs no
-    # what-if (its trial would stop it at another step than its peers, who would then wait for
-    # it in their next collective), and profiles as many steps as it times, for a median wait
-    memory = MEMORY_WINDOW if steps >= MIN_STEPS + MEMORY_WINDOW else 0
-    timed = max(3, (steps - 8 - memory) // 2)
-    session = Session(
-        timed=timed,
-        profiled=timed if ranks else 2,
-        memory=memory,
-        trial_steps=None,
-        seconds=0.0,
-        workers=None,  # counted at the first step: the loader is not in hand
-        on_done=done,
-        trials=None if ranks else lambda s: _threads_trial(s, steps),
-    )
+    session = _session(steps, bool(ranks), done)
     seen: set[str] = set()
     stop = threading.Event()
     threading.Thread(target=_watch_children, args=(seen, stop), daemon=True).start()
@@ -475,6 +460,29 @@ def _rank_result(
     if rank == 0:
         _write(rates, session.rates)
     return result
+
+
+def _session(steps: int, rank: bool, done: Callable[[], None]) -> Session:
+    """The child's session. --steps bounds the run: windows counted in steps only (the notebook
+    form also asks for time); the threads what-if times as many steps as the timed window (equal
+    work); the memory window comes out of the steps first, where they leave room for it. A rank
+    runs no what-if (its trial would stop it at another step than its peers, who would then
+    wait for it in their next collective), and profiles as many steps as it times (its wait in
+    collectives: their median)."""
+    from .session import Session
+
+    memory = MEMORY_WINDOW if steps >= MIN_STEPS + MEMORY_WINDOW else 0
+    timed = max(3, (steps - 8 - memory) // 2)
+    return Session(
+        timed=timed,
+        profiled=timed if rank else 2,
+        memory=memory,
+        trial_steps=None,
+        seconds=0.0,
+        workers=None,  # counted at the first step: the loader is not in hand
+        on_done=done,
+        trials=None if rank else lambda s: _threads_trial(s, steps),
+    )
 
 
 def _write(path: Path, value: object) -> None:

@@ -89,9 +89,9 @@ def _ranks(ranks: dict) -> list[str]:
     lines = [head]
     if ranks["process_group"]:
         lines.append(
-            "    in collectives: a gloo or NCCL collective in flight (profiled window); DDP "
-            "overlaps it with the backward pass alike on every rank, so the ranks' difference "
-            "is waiting"
+            "    in collectives: a gloo or NCCL collective in flight (the median of the profiled "
+            "steps); DDP overlaps it with the backward pass alike on every rank, so the ranks' "
+            "difference is waiting"
         )
     for r in ranks["per_rank"]:
         c = r["collective_s"]
