@@ -112,9 +112,10 @@ def _root_name(node: ast.expr) -> str | None:
 
 # The one place torch is patched, and why it may be: the doctor's child process is its lab,
 # where --what-if-loader (asked for by name) rebuilds the script's DataLoaders with workers and
-# the threads what-if holds torch.set_num_threads at its count against the script's own calls; a
-# learner's own process is never patched.
-PATCHES_TORCH = {"helpers/doctor/whatif.py": 2}
+# the threads what-if holds torch.set_num_threads at its count against the script's own calls,
+# and where a --nproc rank's default rendezvous (env://: a TCPStore listening on every
+# interface) is a file instead; a learner's own process is never patched.
+PATCHES_TORCH = {"helpers/doctor/whatif.py": 2, "helpers/doctor/cli.py": 1}
 
 
 def test_no_assignment_to_torch_attributes():

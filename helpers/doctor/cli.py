@@ -1,5 +1,5 @@
 """`python -m helpers.doctor [--steps N] [--timeout S] [--json] [--what-if [--what-if-loader]]
-script.py [args...]`
+[--nproc N] script.py [args...]`
 
 The script runs unmodified in a child process of its own session, with the doctor's optimizer
 hook; after the steps it needs the doctor stops it, and the whole process group (DataLoader
@@ -14,6 +14,13 @@ measured, how many steps it saw of how many it needs, and how to get a diagnosis
 rule}, ...], "what_if"}, findings ranked by share of step time (null share: counted, not costed),
 or {"schema", "error"} with a non-zero status.
 
+`--nproc N` starts N ranks of the script as torchrun does (RANK, LOCAL_RANK, WORLD_SIZE,
+LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, MASTER_PORT), each under a doctor child of its own
+with the same windows, so that all stop at the same step; a script's
+`dist.init_process_group(backend)` meets through a file, never a store listening on the
+network. The report adds each rank's step, its time in collectives, and the straggler
+("ranks").
+
 `python -m helpers.doctor compare BEFORE.json AFTER.json` compares two such reports of the same
 loop, before and after a change: the step-time change with its noise band (the larger of the
 two reports' step spreads and a 10 % run-to-run floor; inside it: "no measurable change"), the
@@ -23,21 +30,26 @@ findings that appeared or went away, and the shares that moved.
 from __future__ import annotations
 
 import argparse
+import functools
+import inspect
 import json
 import os
 import re
 import runpy
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from .. import processes
+from .. import launch, processes
 from . import rules, whatif
 
 if TYPE_CHECKING:
@@ -49,17 +61,24 @@ MIN_STEPS = 12  # warm-up 2, timed >= 3 (+ margin), profiled 2, counted 2
 MEMORY_WINDOW = 8
 # Log lines of PyTorch's runtime, not of the script: Kineto's ("ERROR:2026-11-28 09:01:09
 # 9239:9239 File.cpp:39] ...") and glog's or torch logging's ("W1128 10:41:32.766000 26419
-# path/file.py:183] ..."). A script's own "ERROR: ..." line has neither shape and is kept.
+# path/file.py:183] ...", in a process group "[rank0]:" first). A script's own "ERROR: ..." line
+# has neither shape and is kept.
 RUNTIME_LOG = re.compile(
     r"^(?:[A-Z]+:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ \S+:\d+\]"
-    r"|[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\])"
+    r"|(?:\[rank\d+\]:)?[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\])"
 )
 INCONCLUSIVE = 4  # the exit status when the loop ended before the windows filled
 PROCESSES = (
     "the script started processes of its own ({}): the doctor watches only the process "
     "it started; a torchrun or mp.spawn worker's steps are not seen. Diagnose one "
-    "process: run its training function in a plain script (one rank, world size 1)."
+    "process: run its training function in a plain script (one rank, world size 1), or "
+    "let the doctor start the ranks: python -m helpers.doctor --nproc N script.py."
 )
+# The environment variable that tells a doctor child it is one of --nproc's ranks (JSON: the
+# rendezvous file's URI and the run's folder, where rank 0 leaves the machine's rates).
+RANKS = "FTG_DOCTOR_RANKS"
+# How long a rank waits for rank 0's measurement of the machine's rates before its own.
+RATES_WAIT_S = 60.0
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -96,6 +115,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="with --what-if: the doctor's child may also change DataLoader workers and "
         "pin_memory (it wraps DataLoader in its own process, never in yours)",
     )
+    p.add_argument(
+        "--nproc",
+        type=int,
+        default=1,
+        help="ranks to start, as torchrun --nproc-per-node does (each under the doctor, the "
+        "same windows); the report adds each rank's time in collectives and the straggler",
+    )
     p.add_argument("script", help="the training script, run unmodified")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
     a = p.parse_args(argv)
@@ -104,6 +130,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"--steps must be an int >= {MIN_STEPS}, got {a.steps}")
     if not a.timeout > 0:
         p.error(f"--timeout must be a positive number of seconds, got {a.timeout}")
+    if a.nproc < 1:
+        p.error(f"--nproc must be an int >= 1, got {a.nproc}")
+    if a.nproc > 1 and a.what_if:
+        p.error("--what-if re-runs one process: not with --nproc > 1")
     if not Path(a.script).is_file():
         p.error(f"script: no such file: {a.script}")
     return a
@@ -117,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         return compare(args[1:])
     a = parse(argv)
     # With --json, stdout is the JSON alone: the script's own output goes to stderr.
-    result = _diagnose(a, sys.stderr if a.json else None)
+    diagnose = _diagnose if a.nproc == 1 else _diagnose_ranks
+    result = diagnose(a, sys.stderr if a.json else None)
     if a.what_if and "text" in result:
         result["what_if"] = _what_if(a, result, sys.stderr if a.json else None)
         result["text"] += "\n" + result["what_if"]["text"]
@@ -198,24 +229,166 @@ def _run_child(
         }
     except subprocess.TimeoutExpired:
         sys.stderr.writelines(hidden)  # no diagnosis: the runtime's lines may say why
-        return {
-            "error": f"the script ran past --timeout {timeout:g} s before the doctor had "
-            "seen enough steps; it was ended",
-            "status": 3,
-        }
+        return {"error": _timeout_error(timeout), "status": 3}
     finally:
         processes.end_tree(processes.started_since(before), grace=5.0)
         child.wait()
 
 
-def _relay_stderr(stream: Any, hidden: list[str]) -> None:
-    """The child's stderr to ours, line by line, but PyTorch's runtime log lines: kept back."""
+def _timeout_error(timeout: float) -> str:
+    return (
+        f"the script ran past --timeout {timeout:g} s before the doctor had seen enough steps; "
+        "it was ended"
+    )
+
+
+def _relay_stderr(stream: Any, hidden: list[str], to: Any = None, prefix: str = "") -> None:
+    """The child's stderr to ours (or to `to`), line by line, but PyTorch's runtime log lines:
+    kept back."""
+    to = to or sys.stderr
     for line in stream:
         if RUNTIME_LOG.match(line):
             hidden.append(line)
         else:
-            sys.stderr.write(line)
-            sys.stderr.flush()
+            to.write(prefix + line)
+            to.flush()
+
+
+# --- --nproc N: N ranks, each under a doctor child ------------------------------------------
+def _diagnose_ranks(a: argparse.Namespace, stdout: Any) -> dict:
+    """N ranks of the script, each under the doctor; one report with each rank's numbers."""
+    with tempfile.TemporaryDirectory() as tmp, processes.subreaper():
+        folder = Path(tmp)
+        env = _ranks_env(folder, a.nproc)
+        outs = [folder / f"diagnosis{r}.json" for r in range(a.nproc)]
+        cmds = [
+            [sys.executable, "-m", "helpers.doctor.cli", "--child", str(out), str(a.steps)]
+            + [a.script, *a.args]
+            for out in outs
+        ]
+        envs = [{**env, "RANK": str(r), "LOCAL_RANK": str(r)} for r in range(a.nproc)]
+        return _combine_ranks(_run_ranks(cmds, outs, envs, a.timeout, stdout), a.timeout)
+
+
+def _ranks_env(folder: Path, nproc: int) -> dict[str, str]:
+    """torchrun's variables, launch.py's loopback for gloo/NCCL and its rendezvous file, and
+    the doctor's note of it; torchrun's one OpenMP thread a rank unless the caller set some."""
+    threads = os.environ.get("OMP_NUM_THREADS", "1")
+    with socket.socket() as s:  # a free port for MASTER_PORT (nothing listens on it here)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = launch._ranks_env(folder, nproc, int(threads) if threads.isdigit() else 1)
+    ranks = {"init_method": env["INIT_METHOD"], "folder": str(folder)}
+    return {
+        **processes.QUIET_PROFILER,
+        **env,
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        RANKS: json.dumps(ranks),
+    }
+
+
+def _run_ranks(
+    cmds: list[list[str]], outs: list[Path], envs: list[dict], timeout: float, stdout: Any
+) -> dict:
+    """Run the ranks' doctor children until each has its diagnosis, one fails (its peers would
+    wait in their next collective: all end then) or --timeout; every tree ends, Ctrl-C too.
+    {"results": each rank's result or None, "failed": the rank that failed first, "hidden":
+    the runtime's log lines kept back, "timed_out"}."""
+    before = processes.descendants()
+    procs, hidden = [], []
+    failed, timed_out, deadline = None, False, time.monotonic() + timeout
+    try:
+        for r, (cmd, env) in enumerate(zip(cmds, envs, strict=True)):
+            p = subprocess.Popen(
+                cmd,
+                start_new_session=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                text=True,
+            )
+            procs.append(p)
+            for stream, to in ((p.stdout, stdout or sys.stdout), (p.stderr, sys.stderr)):
+                args = (stream, hidden, to, f"[rank {r}] ")
+                threading.Thread(target=_relay_stderr, args=args, daemon=True).start()
+        while True:
+            ended = [p.poll() for p in procs]  # before the files: a result is written first
+            results = [json.loads(o.read_text()) if o.is_file() else None for o in outs]
+            bad = [
+                r
+                for r, (res, code) in enumerate(zip(results, ended, strict=True))
+                if (res is None and code is not None) or (res is not None and "measured" not in res)
+            ]
+            if bad:  # the first to fail is the cause: its peers fail after it
+                failed = min(bad, key=lambda r: outs[r].stat().st_mtime if results[r] else 0.0)
+                break
+            if all(res is not None for res in results):
+                break
+            if time.monotonic() > deadline:
+                timed_out = True
+                break
+            time.sleep(0.1)
+    finally:
+        processes.end_tree(processes.started_since(before), grace=5.0)
+        for p in procs:
+            p.wait()
+    if failed is not None and results[failed] is None:
+        results[failed] = {
+            "error": f"the script's process ended (status {ended[failed]}) before a diagnosis"
+        }
+    return {"results": results, "failed": failed, "hidden": hidden, "timed_out": timed_out}
+
+
+def _combine_ranks(run: dict, timeout: float) -> dict:
+    """The ranks' results as one: rank 0's diagnosis, each rank's step and time in
+    collectives, and the straggler; or the first failure, named by its rank."""
+    from .text import render
+
+    results, hidden = run["results"], run["hidden"]
+    if run["timed_out"] or run["failed"] is not None:
+        sys.stderr.writelines(hidden)  # no diagnosis: the runtime's lines may say why
+    if run["timed_out"]:
+        return {"error": _timeout_error(timeout), "status": 3}
+    if run["failed"] is not None:
+        r = run["failed"]
+        failure = {k: v for k, v in results[r].items() if k in ("inconclusive", "status")}
+        return {**failure, "error": f"rank {r}: {results[r]['error']}"}
+    per_rank = []
+    for r, res in enumerate(results):
+        m = res["measured"]
+        c = m.get("collective_s")
+        per_rank.append(
+            {
+                "rank": r,
+                "step_s": m["step_s"],
+                "step_spread_s": m.get("step_spread_s"),
+                "collective_s": c,
+                "collective_spread_s": m.get("collective_spread_s"),
+                "collective_share": None if c is None else min(1.0, c / m["step_s"]),
+                "verdict": res["verdict"]["kind"],
+                "findings": [f["kind"] for f in res["findings"]],
+            }
+        )
+    m = rules.measured_from(results[0]["measured"])
+    found = [rules.Finding(**f) for f in results[0]["findings"]]
+    straggler = rules.straggler(per_rank)
+    if straggler is not None:
+        found = rules.ranked([*found, rules.straggler_finding(straggler)])
+    ranks = {
+        "world_size": len(results),
+        "process_group": all(res["rank"]["process_group"] for res in results),
+        "per_rank": per_rank,
+        "straggler": straggler,
+    }
+    status = max(res.get("status", 0) for res in results)  # 4: a rank's windows did not fill
+    return {
+        **rules.as_dict(m, found),
+        "ranks": ranks,
+        "text": render(m, found, ranks),
+        "status": status,
+        "log_lines_hidden": len(hidden),
+    }
 
 
 def _watch_children(seen: set[str], stop: threading.Event) -> None:
@@ -230,23 +403,20 @@ def _watch_children(seen: set[str], stop: threading.Event) -> None:
 
 def child(out: Path, steps: int, script: str, args: list[str]) -> None:
     """Run `script` under the doctor's hook and write the diagnosis (or the reason) to `out`."""
-    from .session import Session, Stop  # torch: only in the script's process
+    from .session import Stop  # torch: only in the script's process
 
     whatif.apply_in_child()  # --what-if's change, before the script builds anything
+    ranks = json.loads(os.environ.pop(RANKS, "null"))  # one of --nproc's ranks
+    joined: list[bool] = []
+    if ranks:
+        _join_through_file(ranks["init_method"], joined)
+    data_parallel_seen: list[bool] = []
 
-    # --steps bounds the run: windows counted in steps only (the notebook form also asks for
-    # time); the threads what-if times as many steps as the timed window (equal work); the
-    # memory window comes out of the steps first, where they leave room for it
-    memory = MEMORY_WINDOW if steps >= MIN_STEPS + MEMORY_WINDOW else 0
-    session = Session(
-        timed=max(3, (steps - 8 - memory) // 2),
-        memory=memory,
-        trial_steps=None,
-        seconds=0.0,
-        workers=None,  # counted at the first step: the loader is not in hand
-        on_done=_stop,
-        trials=lambda s: _threads_trial(s, steps),
-    )
+    def done() -> None:  # the windows are done: the script's objects are all alive now
+        data_parallel_seen.append(_data_parallel_alive())
+        _stop()
+
+    session = _session(steps, bool(ranks), done)
     seen: set[str] = set()
     stop = threading.Event()
     threading.Thread(target=_watch_children, args=(seen, stop), daemon=True).start()
@@ -267,10 +437,113 @@ def child(out: Path, steps: int, script: str, args: list[str]) -> None:
     finally:
         session.close()
         stop.set()
-    out.write_text(json.dumps(_result(session, error, seen)))
+    # else the loop ended before the windows did: what the script left alive
+    data_parallel = data_parallel_seen[0] if data_parallel_seen else _data_parallel_alive()
+    if not ranks:
+        _write(out, _result(session, error, seen, data_parallel))
+        return
+    rank, rates = int(os.environ["RANK"]), Path(ranks["folder"]) / "rates.json"
+    result = {"error": error}  # a failed rank fails the job: its peers wait for it in vain
+    if error is None:
+        result = _rank_result(session, rank, rates, seen, data_parallel)
+    _write(out, {**result, "rank": {"rank": rank, "process_group": bool(joined)}})
 
 
-def _result(session: Session, error: str | None, seen: set[str]) -> dict:
+def _rank_result(
+    session: Session, rank: int, rates: Path, seen: set[str], data_parallel: bool
+) -> dict:
+    """A rank's diagnosis: rank 0 measures the machine's rates, once, while the others wait
+    for them (N ranks measuring at once would each measure a machine the others keep busy)."""
+    if rank != 0:
+        _await_rates(session, rates)
+    result = _result(session, None, seen, data_parallel)
+    if rank == 0:
+        _write(rates, session.rates)
+    return result
+
+
+def _session(steps: int, rank: bool, done: Callable[[], None]) -> Session:
+    """The child's session. --steps bounds the run: windows counted in steps only (the notebook
+    form also asks for time); the threads what-if times as many steps as the timed window (equal
+    work); the memory window comes out of the steps first, where they leave room for it. A rank
+    runs no what-if (its trial would stop it at another step than its peers, who would then
+    wait for it in their next collective), and profiles as many steps as it times (its wait in
+    collectives: their median)."""
+    from .session import Session
+
+    memory = MEMORY_WINDOW if steps >= MIN_STEPS + MEMORY_WINDOW else 0
+    timed = max(3, (steps - 8 - memory) // 2)
+    return Session(
+        timed=timed,
+        profiled=timed if rank else 2,
+        memory=memory,
+        trial_steps=None,
+        seconds=0.0,
+        workers=None,  # counted at the first step: the loader is not in hand
+        on_done=done,
+        trials=None if rank else lambda s: _threads_trial(s, steps),
+    )
+
+
+def _write(path: Path, value: object) -> None:
+    """`value` as JSON, whole or not at all: another process polls for the file."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(value))
+    os.replace(tmp, path)
+
+
+def _join_through_file(init_method: str, joined: list[bool]) -> None:
+    """A rank's `torch.distributed.init_process_group` with neither an init_method nor a store
+    meets its peers through the rendezvous file `init_method` (its rank and world size from
+    torchrun's variables, as env:// reads them); an init_method the script passes is kept."""
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return
+    original = dist.init_process_group
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def init(*args: Any, **kwargs: Any) -> Any:  # init_process_group's own signature
+        bound = signature.bind(*args, **kwargs)
+        given = bound.arguments
+        if given.get("init_method") is None and given.get("store") is None:
+            # env:// would start a TCPStore, which listens on every interface: a file instead
+            given["init_method"] = init_method
+            for name, var in (("rank", "RANK"), ("world_size", "WORLD_SIZE")):
+                if given.get(name, -1) == -1:  # file:// needs both
+                    given[name] = int(os.environ[var])
+        joined.append(True)
+        return original(*bound.args, **bound.kwargs)
+
+    dist.init_process_group = init  # the doctor's child only, one of --nproc's ranks
+
+
+def _data_parallel_alive() -> bool:
+    """Whether the script holds a torch.nn.DataParallel: looked for among the objects the
+    garbage collector tracks (modules are), once, after the windows, so no constructor of
+    torch's is wrapped and no step is slowed."""
+    import gc
+
+    from torch import nn
+
+    return any(issubclass(type(o), nn.DataParallel) for o in gc.get_objects())
+
+
+def _await_rates(session: Session, path: Path) -> None:
+    """Rank 0's measurement of the machine's rates, where it comes within RATES_WAIT_S (else
+    the rank measures them itself)."""
+    deadline = time.monotonic() + RATES_WAIT_S
+    while not path.is_file() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    rates = json.loads(path.read_text()) if path.is_file() else None
+    if rates:
+        session.rates = tuple(rates)
+
+
+def _result(
+    session: Session, error: str | None, seen: set[str], data_parallel: bool = False
+) -> dict:
     from .text import MORE_STEPS, render
 
     if session.steps == 0 and error is None:
@@ -297,6 +570,7 @@ def _result(session: Session, error: str | None, seen: set[str]) -> dict:
         )
         if error:
             m.unseen.append(f"the script stopped early: {error}")
+        m.data_parallel = data_parallel
         findings = rules.findings(m)
         status = INCONCLUSIVE if rules.inconclusive(m) else 0
         return {**rules.as_dict(m, findings), "text": render(m, findings), "status": status}

@@ -3,6 +3,8 @@ and what this device could not show."""
 
 from __future__ import annotations
 
+import itertools
+import statistics
 import time
 from collections import Counter
 
@@ -36,13 +38,23 @@ UNSEEN = {
 }
 # The profiler's label for each call of a torch.compile'd region (frame/compile ids after it).
 COMPILED_EVENT = "Torch-Compiled Region"
+# Collectives, by the names torch.profiler gives them on torch 2.14 (seen in a 2-rank gloo DDP
+# run, rank 1 slowed by 50 ms a step: rank 0's "gloo:all_reduce" spans lasted 48 ms a step,
+# rank 1's 5 ms): gloo's work items "gloo:all_reduce", "gloo:broadcast", "gloo:barrier", ...,
+# each on a gloo thread from its enqueue to its completion, so the time a peer keeps it waiting
+# is inside; DDP's buckets overlap, hence their union, not their sum. NCCL's, from torch's
+# source (one GPU here: not run): "nccl:<op>" on the host (the enqueue) and its kernels
+# (ncclDevKernel_*, ncclKernel_*), which spin on the device until every peer arrives. Not counted:
+# "c10d::allreduce_" and its kin, the dispatcher op that only enqueues (0.1 ms, at the span's
+# start), and DDP's reducer events (bucket copies: compute, not waiting).
+COLLECTIVES = ("gloo:", "nccl:", "nccldevkernel", "ncclkernel")
 
 
 def read(session: object, m: Measured) -> None:
     """Fill `m` from the session's profiled and counted windows and this machine's rates."""
     prof_w, count_w = session.named("profiled"), session.named("counted")
     if prof_w is not None and session.prof is not None:
-        _from_profiler(session.prof, prof_w, m)
+        _from_profiler(session.prof, prof_w, m, session.opt)
     else:
         m.not_measured.append("the profiled window (data wait, device busy, sync stalls)")
     if count_w is not None and session.counter is not None:
@@ -67,11 +79,21 @@ def read(session: object, m: Measured) -> None:
     m.dispatch_s, m.matmul_flops_per_s = session.rates
 
 
-def _from_profiler(prof: torch.profiler.profile, w: object, m: Measured) -> None:
+def _from_profiler(
+    prof: torch.profiler.profile, w: object, m: Measured, opt: torch.optim.Optimizer | None
+) -> None:
     window_s = w.t1 - w.t0
     stall = 0.0
     compiled = 0
+    collectives = []  # (start, end) in us, host spans and device kernels alike
+    step_event = f"Optimizer.step#{type(opt).__name__}.step"  # the optimizer's own label
+    ends, first, last = [], float("inf"), float("-inf")  # its steps' ends, its first and last
     for e in prof.events():
+        first, last = min(first, e.time_range.start), max(last, e.time_range.end)
+        if e.name.lower().startswith(COLLECTIVES):
+            collectives.append((e.time_range.start, e.time_range.end))
+        elif e.name == step_event:
+            ends.append(e.time_range.end)
         if str(e.device_type).endswith("CUDA"):  # a kernel: the busy formula reads those
             continue
         if e.name.startswith(COMPILED_EVENT):
@@ -91,6 +113,11 @@ def _from_profiler(prof: torch.profiler.profile, w: object, m: Measured) -> None
         # a wait from one over a step from the other could exceed the step
         wait = diagnose.loader_wait_seconds(prof) or 0.0  # no DataLoader: batches in hand
         m.wait_s = min(1.0, wait / window_s) * m.step_s
+    if collectives or _in_process_group():
+        # a step's edges: the ends of the optimizer's step events (the last one ends with the
+        # window); without one per step (two optimizers of one class), the window as one step
+        bounds = [first, *sorted(ends)] if len(ends) == w.steps else [first, last]
+        _collectives(collectives, bounds, m)
     if m.device == "cuda":
         busy_s = diagnose.busy_seconds(prof, "cuda")
         m.busy = diagnose.busy_fraction(busy_s, window_s) if window_s > 0 else None
@@ -99,6 +126,36 @@ def _from_profiler(prof: torch.profiler.profile, w: object, m: Measured) -> None
             devices.capabilities("cuda").ok("tf32")  # TF32 tensor cores: 8.0+
             and _matmul_fp32_precision() == "ieee"
         )
+
+
+def _collectives(spans: list[tuple[float, float]], bounds: list[float], m: Measured) -> None:
+    """Each profiled step's share with a collective in flight (`bounds`: the steps' edges, us),
+    applied to the timed step as the data wait is: their median (one step a busy machine held
+    up does not move it) and their spread."""
+    from .session import spread
+
+    shares = [
+        min(1.0, _union_us([(max(a, lo), min(b, hi)) for a, b in spans if b > lo and a < hi]) / d)
+        for lo, hi in itertools.pairwise(bounds)
+        if (d := hi - lo) > 0
+    ] or [0.0]
+    m.collective_s = statistics.median(shares) * m.step_s
+    m.collective_spread_s = spread(shares) * m.step_s
+
+
+def _union_us(spans: list[tuple[float, float]]) -> float:
+    """Microseconds covered by at least one of the spans."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(spans):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
+
+
+def _in_process_group() -> bool:
+    dist = torch.distributed
+    return dist.is_available() and dist.is_initialized()
 
 
 def _matmul_fp32_precision() -> str:

@@ -9,7 +9,8 @@ suite's classifier, on the shares measured here (`verdict`); its thresholds are 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import statistics
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from .. import diagnose
@@ -24,7 +25,7 @@ from ..diagnose import (
 )
 
 # The --json report's schema: its version, and the JSON Schema shipped beside this module.
-SCHEMA = "feed-the-gpu/doctor-report/3"
+SCHEMA = "feed-the-gpu/doctor-report/4"
 SCHEMA_FILE = Path(__file__).with_name("report.schema.json")
 
 # The TensorBoard advisor's (helpers.diagnose): "peak memory > 90 %" -> smaller batch, activation
@@ -49,6 +50,8 @@ NOTEBOOKS = {
     "device-bound, below its ceiling": "11b_compiler_and_cuda_graphs.ipynb",
     "no-tensor-cores": "11_fp32_fast_paths.ipynb",  # TF32: one line; bf16 autocast is 10
     "memory-growth": "09_training_memory.ipynb",
+    "straggler": "14_ddp.ipynb",  # the slowest rank sets DDP's pace
+    "data-parallel": "14_ddp.ipynb",  # DDP instead; 13 measures what DataParallel costs
 }
 # A busy device: nothing to fix in the loop; what is left, by how near its ceiling it runs.
 DEVICE_FIXES = {
@@ -63,6 +66,15 @@ DEVICE_FIXES = {
 DEVICE_BOUND = set(DEVICE_FIXES)
 # Findings ranked above every cost: a loop whose memory grows fails however fast it is.
 FIRST = ("memory-growth",)
+# The straggler (--nproc N): under DDP every rank's step lasts as long as the slowest rank's, as
+# each waits in the all-reduce for the last to arrive, so the slow rank is the one that waits
+# LEAST in collectives. It is named when its wait (the median over its profiled steps) is below
+# the others' by more than the noise: the ranks' step spreads and their waits' spreads (the
+# largest interquartile range of any rank's steps), the spread of the other ranks' waits, and
+# this share of the step: on a busy machine a rank held up for a few milliseconds makes its
+# peers wait that long, and a spread over a few steps can miss it; 10 %: compare's run-to-run
+# noise floor too (a smaller imbalance is not told from two runs of the same script).
+STRAGGLER_FLOOR = 0.10
 
 
 @dataclass
@@ -127,6 +139,12 @@ class Measured:
     memory_slope_error: float | None = None
     memory_source: str = ""
     memory_sites: list[dict] = field(default_factory=list)
+    # time a step has a collective in flight (helpers/doctor/profiled.py: COLLECTIVES), the
+    # profiled steps' median, and their spread (interquartile range): None when the script ran
+    # none and formed no process group
+    collective_s: float | None = None
+    collective_spread_s: float | None = None
+    data_parallel: bool = False  # the script built a torch.nn.DataParallel
 
     @property
     def throughput_step_s(self) -> float:
@@ -464,6 +482,26 @@ def memory_growth(m: Measured) -> Finding | None:
     )
 
 
+def data_parallel(m: Measured) -> Finding | None:
+    """The script built a torch.nn.DataParallel: DistributedDataParallel instead."""
+    if not m.data_parallel:
+        return None
+    here = " (here, without a GPU, it only calls the module)" * (m.device == "cpu")
+    return Finding(
+        "data-parallel",
+        "the model runs in torch.nn.DataParallel: one process and one Python thread drive every "
+        "device, and each step scatters the batch, copies the model to every device and gathers "
+        f"the outputs on the first{here}",
+        None,
+        "torch.nn.parallel.DistributedDataParallel, one process per device (torchrun; "
+        "python -m helpers.doctor --nproc N diagnoses its ranks); notebook "
+        "13_data_parallel.ipynb measures what DataParallel's scatter, replicate and gather cost",
+        NOTEBOOKS["data-parallel"],
+        rule="torch.nn.DataParallel built: PyTorch's documentation recommends "
+        "DistributedDataParallel instead, even on one machine",
+    )
+
+
 RULES = (
     memory_growth,
     input_bound,
@@ -474,6 +512,7 @@ RULES = (
     device_idle,
     memory_tight,
     no_tensor_cores,
+    data_parallel,
 )
 
 
@@ -566,10 +605,73 @@ def findings(m: Measured) -> list[Finding]:
     if not any(f.kind in FIRST for f in found):  # memory grows: no all-clear
         if (busy := device_bound(m)) is not None:
             found.append(busy)
+    return ranked(found)
+
+
+def ranked(found: list[Finding]) -> list[Finding]:
+    """Measured costs by share, then counted ones, then the refuted; FIRST above them all."""
     return sorted(
         found,
         key=lambda f: (f.kind not in FIRST, refuted(f), f.share is None, -(f.share or 0.0)),
     )
+
+
+def straggler(ranks: list[dict]) -> dict | None:
+    """The rank that waits least in collectives, where it waits less than the others by more
+    than the noise (STRAGGLER_FLOOR): {"rank", "collective_s", "others_s" (the others' median),
+    "gap_s", "threshold_s", "step_s"}. None: a balanced job, or collectives not measured on
+    every rank. `ranks`: each rank's {"rank", "step_s", "step_spread_s", "collective_s",
+    "collective_spread_s"}."""
+    if len(ranks) < 2 or any(r.get("collective_s") is None for r in ranks):
+        return None
+    slow = min(ranks, key=lambda r: r["collective_s"])
+    others = [r["collective_s"] for r in ranks if r is not slow]
+    step = statistics.median(r["step_s"] for r in ranks)
+    gap = statistics.median(others) - slow["collective_s"]
+    threshold = max(
+        STRAGGLER_FLOOR * step,
+        max(r.get(k) or 0.0 for r in ranks for k in ("step_spread_s", "collective_spread_s")),
+        max(others) - min(others),
+    )
+    if gap <= threshold:
+        return None
+    return {
+        "rank": slow["rank"],
+        "collective_s": slow["collective_s"],
+        "others_s": statistics.median(others),
+        "gap_s": gap,
+        "threshold_s": threshold,
+        "step_s": step,
+    }
+
+
+def straggler_finding(s: dict) -> Finding:
+    """The straggler as a finding: what the others wait for it is the share it costs."""
+    ms = {k: f"{1e3 * s[k]:.1f}" for k in ("collective_s", "others_s", "gap_s", "step_s")}
+    return Finding(
+        "straggler",
+        f"rank {s['rank']} is the straggler: it waits {ms['collective_s']} ms a step in "
+        f"collectives, the other ranks {ms['others_s']} ms (median), so they wait "
+        f"{ms['gap_s']} ms of each {ms['step_s']} ms step for it (the named gap beyond "
+        f"{1e3 * s['threshold_s']:.1f} ms of noise)",
+        min(1.0, s["gap_s"] / s["step_s"]),
+        f"give rank {s['rank']} no more work than the others: equal shards (DistributedSampler), "
+        "the same per-sample work, logging, evaluation and checkpoints on every rank alike or off "
+        "the step, and a core or device of its own (a busy neighbour slows one rank)",
+        NOTEBOOKS["straggler"],
+        rule=f"a rank's time in collectives below the others' by more than the largest of "
+        f"{STRAGGLER_FLOOR:.0%} of the step, the ranks' spreads of step and of time in "
+        "collectives, and the other ranks' spread (under DDP every step lasts as long as the "
+        "slowest rank's, which waits least)",
+    )
+
+
+def measured_from(d: dict) -> Measured:
+    """A `Measured` back from its --json form (`as_dict`'s "measured")."""
+    names = {f.name for f in fields(Measured)}
+    m = Measured(**{k: v for k, v in d.items() if k in names})
+    m.trials = {k: Trial(**t) for k, t in m.trials.items()}
+    return m
 
 
 def as_dict(m: Measured, found: list[Finding]) -> dict:

@@ -14,8 +14,9 @@ def _share(f: Finding) -> str:
     return f"{100 * f.share:3.0f} %" if f.share is not None else "  n/a"
 
 
-def render(m: Measured, findings: list[Finding]) -> str:
-    """A few lines for a notebook cell's output or a terminal."""
+def render(m: Measured, findings: list[Finding], ranks: dict | None = None) -> str:
+    """A few lines for a notebook cell's output or a terminal (`ranks`: --nproc's, each rank's
+    step and time in collectives)."""
     rate = f", {m.samples_per_s:.0f} samples/s over the window" if m.samples_per_s else ""
     wait = (
         f"; waiting for data {1e3 * m.wait_s:.2f} ms, the rest {1e3 * (m.step_s - m.wait_s):.2f} ms"
@@ -40,6 +41,8 @@ def render(m: Measured, findings: list[Finding]) -> str:
             f"  memory over {len(m.memory_samples)} steps: {m.memory_slope / 2**20:+.3f} MiB a "
             f"step (least squares; residual spread {(m.memory_spread or 0.0) / 2**20:.3f} MiB)"
         )
+    if ranks is not None:
+        lines += _ranks(ranks)
     if inconclusive(m):
         lines += [
             f"INCONCLUSIVE: the loop took {m.steps} optimizer steps of the {m.steps_needed} the "
@@ -67,3 +70,38 @@ def render(m: Measured, findings: list[Finding]) -> str:
     for u in m.unseen:
         lines.append(f"  not seen here: {u}")
     return "\n".join(lines)
+
+
+def _ranks(ranks: dict) -> list[str]:
+    """Each rank's median step and time in collectives (--nproc N)."""
+    n = ranks["world_size"]
+    if not ranks["process_group"]:
+        head = (
+            f"  {n} ranks, but the script never called torch.distributed.init_process_group: "
+            "each rank ran the whole script alone, beside the others on this machine's cores; "
+            "no collective, no straggler to look for. The lines above are rank 0's"
+        )
+    else:
+        head = (
+            f"  {n} ranks, each under the doctor with the same windows; the lines above and the "
+            "findings are rank 0's, with the straggler from every rank's time in collectives"
+        )
+    lines = [head]
+    if ranks["process_group"]:
+        lines.append(
+            "    in collectives: a gloo or NCCL collective in flight (the median of the profiled "
+            "steps); DDP overlaps it with the backward pass alike on every rank, so the ranks' "
+            "difference is waiting"
+        )
+    for r in ranks["per_rank"]:
+        c = r["collective_s"]
+        waits = (
+            f", in collectives {1e3 * c:.2f} ms a step ({100 * r['collective_share']:.0f} %)"
+            if c is not None
+            else ""
+        )
+        lines.append(
+            f"    rank {r['rank']}: step {1e3 * r['step_s']:.2f} ms (median){waits}; "
+            f"verdict {r['verdict']}"
+        )
+    return lines
