@@ -83,8 +83,9 @@ def test_l5_reaches_each_outcome_through_its_own_cell(tmp_path):
 
 # Every decided outcome of every verdict rule: driven on this CPU through the notebook's own
 # measuring code by the named test (module: test), or not driven here (other hardware reaches
-# it, or a test could not reach it in a few seconds), for the reason given. The outcomes that say what this machine lacks ("needs a GPU", ...) are what every
-# smoke run of the notebook here prints.
+# it, or a test could not reach it in a few seconds), for the reason given. The outcomes that say
+# what this machine lacks ("needs a GPU", ...) are what every smoke run of the notebook here
+# prints.
 DRIVEN_HERE: dict[str, dict[str, str]] = {
     "L1": dict.fromkeys(
         claims.RULES["L1"].verdicts,
