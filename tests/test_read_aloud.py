@@ -7,14 +7,15 @@ What counts, found in the notebook's code, not in a list kept here:
   anything from `## Summary`, `## Exercises` or `## Solutions` on;
 - a timed run: a lesson code cell whose own statements (not the bodies of the functions it
   defines) time or record a measurement (`timing.benchmark(`, `timing.Timer(`,
-  `timing.measurement(`, `rec.measure(`), or use a function defined in the notebook that does,
+  `timing.measurement(`, `time.perf_counter(`, `doctor.watch(`, `rec.measure(`), or use a function defined in the notebook that does,
   directly or through another such function;
 - a result: a lesson code cell that is a timed run, or records a figure or a verdict
   (`rec.figure(`, `rec.judge(`).
 
-The rules: the lesson's first timed run has a `**Predict:**` line in the markdown cells since the
-code cell before it; the lesson has a `**What to look at.**` cell after its first timed run; and
-each such cell follows a result by at most `WITHIN` cells, in the same section.
+The rules: the lesson's first timed run has a `**Predict:**` line in the markdown before it, in
+its section or in the markdown that leads into that section (since the code cell before it); a
+`**What to look at.**` cell comes after that run; and each such cell follows a result by at most
+`WITHIN` cells, in the same section.
 Cost: reads 21 notebooks' JSON and parses their code, about a second.
 """
 
@@ -56,6 +57,8 @@ TIMED = {
     ("timing", "benchmark"),
     ("timing", "Timer"),
     ("timing", "measurement"),
+    ("time", "perf_counter"),
+    ("doctor", "watch"),
     ("rec", "measure"),
 }
 RESULT = TIMED | {("rec", "figure"), ("rec", "judge")}
@@ -144,8 +147,10 @@ def problems(nb: nbformat.NotebookNode) -> list[str]:
         return []
     first = runs[0]
     out = []
-    since = max((i for i in range(first) if nb.cells[i].cell_type == "code"), default=-1) + 1
-    before = [c.source for c in nb.cells[since:first]]
+    # the run's section before it, and the markdown that leads into that section
+    opens = min(i for i, k in cells if k == section[first])
+    since = max((i for i in range(opens) if nb.cells[i].cell_type == "code"), default=-1) + 1
+    before = [c.source for c in nb.cells[since:first] if c.cell_type == "markdown"]
     if not any(PREDICT in s for s in before):
         out.append(f"cell {first} (the lesson's first timed run) has no {PREDICT} line before it")
     results = {i for i in code if i in runs or _calls(_own_statements(nb.cells[i].source), RESULT)}
