@@ -7,8 +7,8 @@ What counts, found in the notebook's code, not in a list kept here:
   anything from `## Summary`, `## Exercises` or `## Solutions` on;
 - a timed run: a lesson code cell whose own statements (not the bodies of the functions it
   defines) time or record a measurement (`timing.benchmark(`, `timing.Timer(`,
-  `timing.measurement(`, `time.perf_counter(`, `doctor.watch(`, `rec.measure(`), or use a function defined in the notebook that does,
-  directly or through another such function;
+  `timing.measurement(`, `time.perf_counter(`, `doctor.watch(`, `rec.measure(`), or use a
+  function defined in the notebook that does, directly or through another such function;
 - a result: a lesson code cell that is a timed run, or records a figure or a verdict
   (`rec.figure(`, `rec.judge(`).
 
@@ -218,8 +218,19 @@ def test_a_planted_notebook_that_reads_aloud_passes():
         (lambda cells: cells.insert(6, cells.pop(4)), "has no **Predict:** line"),
         # the reading is far from any result: past the next section's heading
         (lambda cells: cells.insert(9, cells.pop(7)), "no markdown cell starting"),
+        # a reading with no result before it: it reads nothing aloud
+        (
+            lambda cells: cells.insert(3, nbformat.v4.new_markdown_cell(f"{LOOK} the bars.")),
+            "follows no result",
+        ),
     ],
-    ids=["no-predict", "no-what-to-look-at", "predict-after-the-run", "look-outside-its-section"],
+    ids=[
+        "no-predict",
+        "no-what-to-look-at",
+        "predict-after-the-run",
+        "look-outside-its-section",
+        "look-before-any-result",
+    ],
 )
 def test_a_planted_notebook_without_them_fails(change, expected):
     nb = copy.deepcopy(_planted())
