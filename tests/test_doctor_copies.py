@@ -74,6 +74,7 @@ def test_pageable_blocking_copies_are_copy_bound_with_the_pin_and_non_blocking_f
     assert top.fix.index("pin_memory=True") < top.fix.index("non_blocking=True")
     assert "uint8" in top.fix and "05_gpu_data_pipelines.ipynb" in top.fix
     assert "08_device_placement.ipynb" in top.fix and top.notebook == "08_device_placement.ipynb"
+    assert "host->device pageable blocking x2 (1.35 ms on the device)" in doctor.render(m, [top])
     v = rules.verdict(m)
     assert v.kind == "copy-bound" and v.shares["copy"] == c["share"]
     # the read's 3 ms wait stays the sync rule's (what of it the device idled: the copies kept
