@@ -74,6 +74,7 @@ def test_pageable_blocking_copies_are_copy_bound_with_the_pin_and_non_blocking_f
     assert top.fix.index("pin_memory=True") < top.fix.index("non_blocking=True")
     assert "uint8" in top.fix and "05_gpu_data_pipelines.ipynb" in top.fix
     assert "08_device_placement.ipynb" in top.fix and top.notebook == "08_device_placement.ipynb"
+    assert "07_item_hygiene.ipynb" not in top.fix  # a loss read moves a few bytes
     assert "host->device pageable blocking x2 (1.35 ms on the device)" in doctor.render(m, [top])
     v = rules.verdict(m)
     assert v.kind == "copy-bound" and v.shares["copy"] == c["share"]
@@ -174,3 +175,21 @@ def test_the_report_with_copies_follows_the_schema():
     bad = {**d["measured"], "copies": {**d["measured"]["copies"], "share": 1.5}}
     with pytest.raises(jsonschema.ValidationError):  # the schema can fail
         jsonschema.validate({**d, "measured": bad}, schema)
+
+
+def test_copies_mostly_from_the_device_are_told_to_read_less_not_to_pin():
+    """The same trace with its batches copied the other way (outputs to the host each step)."""
+    s = TRACE["pageable_blocking"]
+    events = [
+        copies.Event(
+            **{
+                **e,
+                "name": e["name"].replace("HtoD (Pageable -> Device)", "DtoH (Device -> Pageable)"),
+            }
+        )
+        for e in s["events"]
+    ]
+    c = copies.account(events, s["steps"], 1e-6 * s["window_us"])
+    assert {k["direction"] for k in c["kinds"]} == {"device->host"} and c["held_s"] == 0.0
+    f = rules.copy_bound(gpu(c))
+    assert f.fix.startswith(rules.COPY_FIXES["reads"]) and "pin_memory" not in f.fix
