@@ -51,6 +51,7 @@ helpers.doctor: the bottleneck doctor, a product of its own (`doctor.watch(loade
   session         the engine: the first optimizer's steps, measured window after window
   counting        the dispatch-level counter: ops, syncs, the hot ops' dtypes
   profiled        reading the windows (torch.profiler, the counter) and this machine's rates
+  copies          copies between host and device (CUDA), told apart from the profiler's events
   rules           findings ranked by share of step time; the verdict by `diagnose.bottleneck`
   watcher         the in-notebook form, `watch(loader)`, and its measured what-ifs
   text            the diagnosis in words

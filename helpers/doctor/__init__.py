@@ -13,7 +13,8 @@ From a shell (the script unmodified, stopped after its steps)::
     python -m helpers.doctor compare before.json after.json   # two reports: did it help?
 
 Modules: session (the engine: windows of optimizer steps), counting (the dispatch-level
-counter), profiled (reading the windows and the machine's rates), memory (memory over time),
+counter), profiled (reading the windows and the machine's rates), copies (copies between host
+and device, told apart from the profiler's events), memory (memory over time),
 rules (thresholds and findings), watcher (the in-notebook form), text (the words), cli (the
 shell form), compare (two reports, before and after).
 """

@@ -13,6 +13,7 @@ import torch
 import torch.utils.benchmark as tb
 
 from .. import devices, diagnose
+from . import copies
 from .counting import OpCounter
 from .rules import Measured
 
@@ -24,14 +25,20 @@ STALL_EVENTS = {
     "cudaMemcpy",
     "cudaMemcpyAsync",
 }
+COPIES_UNSEEN = (
+    "copies between host and device (pinned or pageable, blocking or not, and what they cost a "
+    "step; on CUDA the profiler times each one): "
+)
 UNSEEN = {
     "cpu": [
         "syncs: counted, not costed (a CPU has no queue to drain; a GPU would pay for each); "
         ".cpu()/.tolist()/.numpy()/print(t) run no op on a CPU and are not counted",
         "device busy: a CPU is not a separate device that could idle",
+        COPIES_UNSEEN + "a CPU's tensors are already in the memory it computes from",
     ],
     "mps": [
         "device busy and sync stalls: torch.profiler does not time MPS kernels",
+        COPIES_UNSEEN + "torch.profiler does not time MPS copies",
         "memory peak: the process's resident memory, not the GPU's",
     ],
     "cuda": [],
@@ -122,6 +129,7 @@ def _from_profiler(
         busy_s = diagnose.busy_seconds(prof, "cuda")
         m.busy = diagnose.busy_fraction(busy_s, window_s) if window_s > 0 else None
         m.stall_s = 1e-6 * stall / w.steps
+        m.copies = copies.account(copies.records(prof.events()), w.steps, window_s)
         m.tensor_cores_idle = (
             devices.capabilities("cuda").ok("tf32")  # TF32 tensor cores: 8.0+
             and _matmul_fp32_precision() == "ieee"

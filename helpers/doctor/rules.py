@@ -25,7 +25,7 @@ from ..diagnose import (
 )
 
 # The --json report's schema: its version, and the JSON Schema shipped beside this module.
-SCHEMA = "feed-the-gpu/doctor-report/4"
+SCHEMA = "feed-the-gpu/doctor-report/5"
 SCHEMA_FILE = Path(__file__).with_name("report.schema.json")
 
 # The TensorBoard advisor's (helpers.diagnose): "peak memory > 90 %" -> smaller batch, activation
@@ -33,6 +33,11 @@ SCHEMA_FILE = Path(__file__).with_name("report.schema.json")
 MEMORY_PEAK_SHARE = 0.90
 # One read per step is what notebook 07 teaches to avoid (log every k steps instead).
 SYNCS_PER_STEP = 1.0
+# Copies between host and device (CUDA, from the profiler's events: copies.py): copy-bound when
+# the step spends at least this share copying with nothing computing beside it, or with the host
+# held by a copy to the device; the suite's line for the host's waits (COPY_WAIT_SHARE, the
+# advisor's 5 %), so that this finding and the verdict's copy share agree.
+COPY_SHARE = COPY_WAIT_SHARE
 # The counter's name for a copy to a CUDA device that makes the host wait (pageable memory, or
 # non_blocking=False): a sync that reading the loss less often does not remove.
 UPLOAD = "host->device"
@@ -145,6 +150,9 @@ class Measured:
     collective_s: float | None = None
     collective_spread_s: float | None = None
     data_parallel: bool = False  # the script built a torch.nn.DataParallel
+    # copies between host and device in the profiled window (CUDA: copies.account), per step:
+    # by direction, host memory (pinned/pageable) and blocking or not; None: not seen here
+    copies: dict | None = None
 
     @property
     def throughput_step_s(self) -> float:
@@ -300,13 +308,17 @@ def _stall_share(m: Measured) -> float | None:
     costs only while the device idles."""
     if m.stall_s is None:
         return None
-    share = min(1.0, m.stall_s / m.step_s)
+    stall = m.stall_s - (m.copies["held_s"] if m.copies is not None else 0.0)
+    share = min(1.0, max(0.0, stall) / m.step_s)
     return share if m.busy is None else min(share, 1 - m.busy)
 
 
 def sync_bound(m: Measured) -> Finding | None:
-    """Syncs every step (copy-bound when every one is a copy to the device that waits)."""
+    """Syncs every step (copy-bound when every one is a copy to the device that waits; where
+    the profiler told the copies apart, `copy_bound` says that, with what they cost)."""
     if not m.syncs_per_step or m.syncs_per_step < SYNCS_PER_STEP:
+        return None
+    if m.copies is not None and _only_copies(m):
         return None
     ops = ", ".join(f"{k} x{v}" for k, v in sorted(m.sync_ops.items()))
     which, fix, notebook = _sync_advice(m)
@@ -332,7 +344,9 @@ def sync_bound(m: Measured) -> Finding | None:
     return Finding(
         kind,
         f"{m.syncs_per_step:g} syncs per step ({ops}); the host waited "
-        f"{1e3 * m.stall_s:.2f} ms per step{which}",
+        f"{1e3 * (m.stall_s - (m.copies or {}).get('held_s', 0.0)):.2f} ms per step"
+        + " (besides its copies to the device)" * (m.copies is not None)
+        + which,
         share,
         fix,
         notebook,
@@ -409,6 +423,65 @@ def device_idle(m: Measured) -> Finding | None:
         ),
         m,
         "batch x2",
+    )
+
+
+COPY_FIXES = {
+    "pageable": "pin the host memory, so the device reads it directly instead of through a "
+    "staging copy: DataLoader(pin_memory=True), or x.pin_memory() once for data kept on the "
+    "host (pageable vs pinned: notebook 08_device_placement.ipynb)",
+    "blocking": "copy without waiting, from pinned memory: x.to(device, non_blocking=True), so "
+    "the host queues the next kernels while the copy runs (notebook 08_device_placement.ipynb)",
+    "bytes": "move fewer bytes: images as uint8 to the device and converted to float there "
+    "(notebook 05_gpu_data_pipelines.ipynb)",
+    "keep": "keep on the device what every step reuses: move the data set (or the model, or a "
+    "buffer) there once, not each step (notebooks 05_gpu_data_pipelines.ipynb, "
+    "08_device_placement.ipynb)",
+    "reads": "read from the device less: keep outputs and metrics there and copy them to the "
+    "host every k steps (notebook 07_item_hygiene.ipynb)",
+}
+
+
+def copy_bound(m: Measured) -> Finding | None:
+    """Copies between host and device, told apart by the profiler (CUDA): what they cost a step
+    (copying with nothing computing beside it, or the host held by a copy to the device), with
+    the fix for each kind seen (pageable: pin; blocking: non_blocking; always fewer bytes)."""
+    c = m.copies
+    if c is None or c["share"] < COPY_SHARE:
+        return None
+    kinds = c["kinds"]
+    parts = "; ".join(
+        f"{k['direction']} {k['memory']}, {'blocking' if k['blocking'] else 'non-blocking'}: "
+        f"{k['per_step']:g} a step, {1e3 * k['transfer_s']:.2f} ms on the device"
+        + (
+            f", the host held {1e3 * k['held_s']:.2f} ms"
+            + " (for the kernels queued before them too: a read, the sync rule's)"
+            * (k["direction"] == "device->host")
+            if k["blocking"]
+            else ""
+        )
+        for k in kinds
+    )
+    # pinning and non_blocking for the copies to the device; reading less where the copies
+    # from it move more than those to it (a loss read each step moves a few bytes)
+    ups = [k for k in kinds if k["direction"] == "host->device"]
+    seen = {k["memory"] for k in ups} | {"blocking" for k in ups if k["blocking"]}
+    down = sum(k["transfer_s"] for k in kinds) - sum(k["transfer_s"] for k in ups)
+    fixes = [COPY_FIXES[f] for f in ("pageable", "blocking") if f in seen]
+    fixes += [COPY_FIXES["bytes"], COPY_FIXES["keep"]]
+    if down > sum(k["transfer_s"] for k in ups):
+        fixes.insert(0, COPY_FIXES["reads"])
+    return Finding(
+        "copy-bound",
+        f"copies between host and device cost {1e3 * c['exposed_s']:.2f} ms of each "
+        f"{1e3 * c['step_s']:.2f} ms profiled step ({100 * c['share']:.0f} %; on the device "
+        f"{1e3 * c['transfer_s']:.2f} ms, the host held {1e3 * c['held_s']:.2f} ms by copies to "
+        f"the device): {parts}",
+        c["share"],
+        "; ".join(fixes),
+        NOTEBOOKS["copy-bound"],
+        rule=f"copies >= {COPY_SHARE:.0%} of the step: copying with no kernel beside it, or the "
+        "host held by a copy to the device (the advisor's 5 % for a wait, the verdict's copy line)",
     )
 
 
@@ -507,6 +580,7 @@ RULES = (
     input_bound,
     workers_cannot_import,
     sync_bound,
+    copy_bound,
     overhead_bound,
     oversubscribed,
     device_idle,
@@ -529,11 +603,15 @@ def shares(m: Measured) -> dict[str, float | None]:
     rate = None
     if m.flops_per_step and m.matmul_flops_per_s and m.step_s > (m.wait_s or 0.0):
         rate = m.flops_per_step / (m.step_s - (m.wait_s or 0.0)) / m.matmul_flops_per_s
-    copies = stall is not None and _only_copies(m)
+    only_copies = stall is not None and _only_copies(m)
+    if m.copies is not None:  # told apart by the profiler (CUDA); the stall is the rest
+        copy, sync = m.copies["share"], None if only_copies else stall
+    else:
+        copy, sync = (stall, None) if only_copies else (None, stall)
     return {
         "data_wait": wait,
-        "copy": stall if copies else None,
-        "sync": None if copies else stall,
+        "copy": copy,
+        "sync": sync,
         "overhead": overhead,
         "busy": busy,
         "rate": rate,

@@ -41,6 +41,8 @@ def render(m: Measured, findings: list[Finding], ranks: dict | None = None) -> s
             f"  memory over {len(m.memory_samples)} steps: {m.memory_slope / 2**20:+.3f} MiB a "
             f"step (least squares; residual spread {(m.memory_spread or 0.0) / 2**20:.3f} MiB)"
         )
+    if m.copies is not None:
+        lines.append(_copies(m.copies))
     if ranks is not None:
         lines += _ranks(ranks)
     if inconclusive(m):
@@ -70,6 +72,20 @@ def render(m: Measured, findings: list[Finding], ranks: dict | None = None) -> s
     for u in m.unseen:
         lines.append(f"  not seen here: {u}")
     return "\n".join(lines)
+
+
+def _copies(c: dict) -> str:
+    """The profiled window's copies between host and device, by kind (CUDA)."""
+    kinds = ", ".join(
+        f"{k['direction']} {k['memory']} {'blocking' if k['blocking'] else 'non-blocking'} "
+        f"x{k['per_step']:g} ({1e3 * k['transfer_s']:.2f} ms on the device)"
+        for k in c["kinds"]
+    )
+    return (
+        f"  copies a step: {1e3 * c['exposed_s']:.2f} ms of the {1e3 * c['step_s']:.2f} ms "
+        f"profiled step exposed, nothing computing beside them or the host held "
+        f"({100 * c['share']:.0f} %)" + (f"; {kinds}" if kinds else "; none")
+    )
 
 
 def _ranks(ranks: dict) -> list[str]:

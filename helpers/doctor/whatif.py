@@ -5,7 +5,9 @@ speed-up beside the predicted.
 What a re-run can change from outside a script: intra-op threads (held against the script's own
 `torch.set_num_threads` calls: the child wraps it), and the fp32 precision of matmuls and
 convolutions (torch's public setters), always; DataLoader workers and pin_memory only when asked
-(`--what-if-loader`): the child wraps `DataLoader.__init__` for that. The rule against
+(`--what-if-loader`): the child wraps `DataLoader.__init__` for that (for input-bound, workers;
+for copy-bound with copies from pageable memory, pin_memory alone: a copy's non_blocking flag
+and its bytes are the script's own code). The rule against
 patching torch protects a learner's own process; the doctor's child is its lab, and the report
 says what was changed there.
 """
@@ -41,6 +43,24 @@ def change_for(finding: dict, measured: dict, loader: bool) -> tuple[dict | None
         )
     if kind == "no-tensor-cores":
         return {"fp32_precision": "tf32"}, "fp32 matmuls and convolutions in TF32"
+    if kind == "copy-bound":
+        kinds = (measured.get("copies") or {}).get("kinds", [])
+        if not any(k["memory"] == "pageable" and k["direction"] == "host->device" for k in kinds):
+            return None, (
+                "its fix is the script's own code (non_blocking=True, fewer bytes, data kept on "
+                "the device): a re-run from outside cannot make it"
+                if kinds
+                else "the copies were not told apart here (CUDA only): no setting to try"
+            )
+        if not loader:
+            return None, (
+                "its first fix is the DataLoader's pin_memory: add --what-if-loader to let the "
+                "doctor's child set it (the script's file is never changed)"
+            )
+        return {"loader": {"pin_memory": True}}, (
+            "every DataLoader built with pin_memory=True (in the doctor's child only; copies "
+            "made from tensors the script holds itself stay pageable)"
+        )
     if kind in LOADER_FINDINGS:
         if not loader:
             return None, (
@@ -67,7 +87,7 @@ def predicted_speedup(finding: dict, measured: dict, change: dict) -> float | No
     if finding.get("predicted_speedup"):
         return float(finding["predicted_speedup"])
     loader, step, wait = change.get("loader"), measured["step_s"], measured.get("wait_s")
-    if loader and wait:
+    if loader and wait and loader.get("num_workers"):
         return step / max(step - wait, wait / loader["num_workers"])
     return None
 
