@@ -12,6 +12,7 @@ step's end, for its trend: last, so that it sees the loop as it is, and in no ti
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 import warnings
@@ -101,6 +102,7 @@ class Session:
         self.index, self.opt, self.device = 0, None, None
         self.steps, self.wait, self.done, self.handle = 0, 0.0, False, None
         self.prof = self.counter = self.flops = None
+        self.instrument = contextlib.ExitStack()  # the open window's instrument, if any
         self.workers_seen, self.mem_peak, self.rates = 0, 0.0, None
         self.other_steps: dict[str, int] = {}  # steps of optimizers other than the first
         self.memory: Sampler | None = None  # the memory window's instrument, once it opens
@@ -218,37 +220,34 @@ class Session:
         ]
 
     # --- the instruments -------------------------------------------------------------------
+    # Each instrument is entered on `self.instrument`, an ExitStack: its stop (the window's
+    # exit, or `close` after an error or a Stop) ends what it entered, in reverse order.
     def _start_profiler(self) -> None:
         acts = [ProfilerActivity.CPU] if self.device is None else profiler_activities(self.device)
-        self.prof = profile(activities=acts)
-        self.prof.__enter__()
+        self.prof = self.instrument.enter_context(profile(activities=acts))
 
     def _stop_profiler(self) -> None:
-        self.prof.__exit__(None, None, None)
+        self.instrument.close()
         self.workers_seen = len(psutil.Process().children())
 
     def _start_counting(self) -> None:
         # FlopCounterMode tracks modules with global hooks, for which a torch.compile'd module
         # warns: the doctor's own hooks, for these steps only, so the warning is the doctor's
-        self.quiet = warnings.catch_warnings()
-        self.quiet.__enter__()
+        self.instrument.enter_context(warnings.catch_warnings())
         warnings.filterwarnings("ignore", COMPILE_HOOKS_WARNING, UserWarning)
-        self.flops = FlopCounterMode(display=False)
-        self.flops.__enter__()
-        self.counter = OpCounter(self.device)
-        self.counter.__enter__()
+        self.flops = self.instrument.enter_context(FlopCounterMode(display=False))
+        self.counter = self.instrument.enter_context(OpCounter(self.device))
 
     def _stop_counting(self) -> None:
-        self.counter.__exit__(None, None, None)
-        self.flops.__exit__(None, None, None)
-        self.quiet.__exit__(None, None, None)
+        self.instrument.close()
 
     def _start_memory(self) -> None:
         self.memory = Sampler(self.device)
         self.memory.enter()
+        self.instrument.callback(self.memory.exit)
 
     def _stop_memory(self) -> None:
-        self.memory.exit()
+        self.instrument.close()
 
     def _sample_memory(self) -> None:
         if self.device is not None and self.device.type == "cuda":
