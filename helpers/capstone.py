@@ -9,6 +9,7 @@ each change on the best recipe so far and keeps it only when it wins (`keeps`).
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -217,9 +218,13 @@ def measure(
 def _whole_epoch(seconds: float, samples: int, first_batch: float, batch: int, n: int) -> float:
     """Seconds of an `n`-image epoch from one of `samples` images: the wait for its first batch
     (workers starting, paid once per epoch) as measured, the batches after it scaled; scaling
-    it too would count the start `n / samples` times."""
-    if not first_batch or samples <= batch:
+    it too would count the start `n / samples` times. An epoch of one batch (a slow GPU's sized
+    epochs) has no batch after it: its step, after the wait, is scaled, as if the workers kept
+    up from then on (a lower bound where they do not)."""
+    if not first_batch:
         return n * seconds / samples
+    if samples <= batch:
+        return first_batch + (seconds - first_batch) * n / samples
     return first_batch + (seconds - first_batch) * max(n - batch, 0) / (samples - batch)
 
 
@@ -240,6 +245,22 @@ def _profiled_epoch(
     finally:
         window.finish()  # the profiler stops also when the run is interrupted
     return window
+
+
+def waterfall_work(batch: int, big_batch: int, epochs: int = MIN_STEADY_EPOCHS) -> int:
+    """The waterfall's work for each batch of a timed epoch, in steps of the reference's size
+    (`batch`): the `runs` by which `Profile.steps` multiplies the reference's step time to plan
+    notebook 18's budget. Each of its 11 bars runs a warm-up epoch and `epochs` timed ones: the
+    reference and the two data bars in steps of `batch`; the three fp32 bars from "larger batch"
+    on in steps of `big_batch`, `big_batch / batch` reference steps each; the five from the
+    16-bit bar on about half that, their matmuls and convolutions on 16-bit tensor cores (a
+    planning figure: where a 16-bit bar is dropped they cost more, which the budget's slack
+    takes)."""
+    check_int("batch", batch, 1, where="waterfall_work")
+    check_int("big_batch", big_batch, batch, where="waterfall_work")
+    check_int("epochs", epochs, MIN_STEADY_EPOCHS, where="waterfall_work")
+    ratio = big_batch / batch
+    return math.ceil((1 + epochs) * (3 + 3 * ratio + 5 * ratio / 2))
 
 
 def keeps(new: StepResult, best: StepResult, tolerance: float = 0.02) -> bool:

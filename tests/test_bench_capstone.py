@@ -96,6 +96,22 @@ def test_benchmark_writes_the_notebooks_table(tmp_path, monkeypatch):
     assert "WIDTH=16\nACC_EPOCHS=2" in fake.sources[i + 1]
 
 
+@pytest.mark.parametrize("profile,reference", [("smoke", False), ("gpu", True), ("full", True)])
+def test_only_a_gpu_or_full_run_on_a_gpu_is_a_reference(tmp_path, monkeypatch, profile, reference):
+    """On a CUDA GPU the gpu profile (epochs sized by time) and the full one are written to the
+    reference folder, a smoke run is not; every table and record names its profile."""
+    monkeypatch.setenv("FTG_BUILD_DIR", str(tmp_path))
+    monkeypatch.setattr(bench.runner, "execute", _fake_execute())
+    monkeypatch.setattr(bench.devices, "accelerator", lambda: "cuda")
+    ref_dir = tmp_path / "reference"
+    assert bench.main(["--profile", profile, "--reference-dir", str(ref_dir)]) == 0
+    assert (ref_dir / "bench_capstone.md").exists() is reference
+    md = (tmp_path / "results" / "bench_capstone.md").read_text()
+    assert md.startswith("# Capstone benchmark: ") and f", {profile} profile\n" in md
+    data = json.loads((tmp_path / "results" / "bench_capstone.json").read_text())
+    assert data["profile"] == profile
+
+
 def test_a_failing_notebook_fails_the_benchmark(tmp_path, monkeypatch, capsys):
     """The notebook asserts the accuracy: when it fails, so does `make bench` (exit status 1)."""
     monkeypatch.setenv("FTG_BUILD_DIR", str(tmp_path))

@@ -267,3 +267,33 @@ def test_run_waterfall_stacks_kept_changes_and_skips_with_the_reason():
     # the dropped larger batch is not under bf16: each change goes on the best recipe kept so far
     assert (seen[-1].data, seen[-1].batch_size, seen[-1].precision) == ("memory", 256, "bf16")
     assert capstone.fast_recipe(wf).precision == "bf16"
+
+
+def test_an_epoch_of_one_batch_scales_its_step_not_the_wait():
+    """A slow GPU's sized epochs may hold one batch: the wait for it (0.5 s, the workers'
+    start) is counted once, as measured; the step after it (0.1 s) scales to the 320-image
+    epoch's 10 batches. Scaling the whole 0.6 s would count the start 10 times (6 s)."""
+
+    def train(net, recipe, num_epochs, max_batches=None, on_step=None):
+        return {
+            "seconds": [5.0] + [0.6] * (num_epochs - 1),
+            "samples": [32] * num_epochs,
+            "first_batch": [3.0] + [0.5] * (num_epochs - 1),
+        }
+
+    r = capstone.measure(
+        capstone.Recipe("ref", batch_size=32), train, n_train=320, device="cpu", busy_steps=0
+    )
+    assert r.seconds_per_epoch == pytest.approx(0.5 + 0.1 * 320 / 32)
+
+
+def test_waterfall_work_counts_each_bars_epochs_in_reference_steps():
+    # 4 epochs a bar (a warm-up, 3 timed) x (3 bars at the reference batch, 3 fp32 bars at twice
+    # it, 5 bars on 16-bit tensor cores at twice it, about half the fp32 cost)
+    assert capstone.waterfall_work(256, 512) == 4 * (3 + 3 * 2 + 5 * 1)
+    assert capstone.waterfall_work(256, 512, epochs=5) == 6 * (3 + 3 * 2 + 5 * 1)
+    assert capstone.waterfall_work(256, 1024) > capstone.waterfall_work(256, 512)
+    with pytest.raises(ValueError, match="big_batch must be an int >= 256"):
+        capstone.waterfall_work(256, 128)
+    with pytest.raises(ValueError, match="epochs must be an int >= 3"):
+        capstone.waterfall_work(256, 512, epochs=2)
