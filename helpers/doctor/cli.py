@@ -147,10 +147,13 @@ def main(argv: list[str] | None = None) -> int:
         return compare(args[1:])
     a = parse(argv)
     # With --json, stdout is the JSON alone: the script's own output goes to stderr.
-    diagnose = _diagnose if a.nproc == 1 else _diagnose_ranks
-    result = diagnose(a, sys.stderr if a.json else None)
+    if a.nproc == 1:  # --what-if-loader: the first run also measures what workers would cost
+        result = _diagnose(a, sys.stderr if a.json else None, price=a.what_if_loader)
+    else:
+        result = _diagnose_ranks(a, sys.stderr if a.json else None)
+    pricing = result.pop("pricing", None)  # the what-if's, not the report's
     if a.what_if and "text" in result:
-        result["what_if"] = _what_if(a, result, sys.stderr if a.json else None)
+        result["what_if"] = _what_if(a, result, sys.stderr if a.json else None, pricing)
         result["text"] += "\n" + result["what_if"]["text"]
     hidden = result.pop("log_lines_hidden", 0) + result.get("what_if", {}).pop(
         "log_lines_hidden", 0
@@ -171,18 +174,24 @@ def main(argv: list[str] | None = None) -> int:
     return result.get("status", 0 if "text" in result else 2)
 
 
-def _diagnose(a: argparse.Namespace, stdout: Any, change: dict | None = None) -> dict:
-    """One run of the script under the doctor (with `change` made at the child's start)."""
+def _diagnose(
+    a: argparse.Namespace, stdout: Any, change: dict | None = None, price: bool = False
+) -> dict:
+    """One run of the script under the doctor (with `change` made at the child's start;
+    `price`: the child also measures what DataLoader workers would cost, its "pricing")."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "diagnosis.json"
         cmd = [sys.executable, "-m", "helpers.doctor.cli", "--child", str(out), str(a.steps)]
         env = {whatif.ENV: json.dumps(change)} if change else {}
+        if price:
+            env[whatif.PRICE_ENV] = "1"
         with processes.subreaper():  # a worker orphaned by the script stays ours to end
             return _run_child([*cmd, a.script, *a.args], out, a.timeout, stdout, env)
 
 
-def _what_if(a: argparse.Namespace, result: dict, stdout: Any) -> dict:
-    """The top finding a re-run can act on, re-run with its change: measured beside predicted."""
+def _what_if(a: argparse.Namespace, result: dict, stdout: Any, pricing: dict | None = None) -> dict:
+    """The top finding a re-run can act on, re-run with its change: measured beside predicted
+    (the prediction made from the first run alone: its report and `pricing`)."""
     findings = [f for f in result["findings"] if f["kind"] not in rules.DEVICE_BOUND]
     if not findings:
         return {"text": "What-if: no finding to try (nothing measured points at a setting)"}
@@ -198,7 +207,7 @@ def _what_if(a: argparse.Namespace, result: dict, stdout: Any) -> dict:
     if "measured" not in after:
         why = after.get("error", "no diagnosis")
         return {"finding": top["kind"], "change": words, "text": f"What-if: re-run failed: {why}"}
-    record = whatif.compare(result, after, top, change, words)
+    record = whatif.compare(result, after, top, change, words, pricing)
     hidden = after.get("log_lines_hidden", 0)
     text = "\n".join([*skipped, whatif.render(record)])
     return {**record, "text": text, "log_lines_hidden": hidden}
@@ -411,12 +420,19 @@ def child(out: Path, steps: int, script: str, args: list[str]) -> None:
     if ranks:
         _join_through_file(ranks["init_method"], joined)
     data_parallel_seen: list[bool] = []
+    clock = whatif.CpuClock() if os.environ.pop(whatif.PRICE_ENV, None) else None
+    priced: list[dict] = []
 
     def done() -> None:  # the windows are done: the script's objects are all alive now
         data_parallel_seen.append(_data_parallel_alive())
+        if clock is not None:  # --what-if-loader: what workers would cost, its loader in hand
+            priced.append(whatif.measure_price(clock))
         _stop()
 
     session = _session(steps, bool(ranks), done)
+    if clock is not None:  # the timed window's CPU use: the main process's, and the others'
+        timed = session.named_window("timed")
+        timed.enter, timed.exit = clock.start, clock.stop
     seen: set[str] = set()
     stop = threading.Event()
     threading.Thread(target=_watch_children, args=(seen, stop), daemon=True).start()
@@ -440,7 +456,10 @@ def child(out: Path, steps: int, script: str, args: list[str]) -> None:
     # else the loop ended before the windows did: what the script left alive
     data_parallel = data_parallel_seen[0] if data_parallel_seen else _data_parallel_alive()
     if not ranks:
-        _write(out, _result(session, error, seen, data_parallel))
+        result = _result(session, error, seen, data_parallel)
+        if priced and "measured" in result:
+            result["pricing"] = priced[0]
+        _write(out, result)
         return
     rank, rates = int(os.environ["RANK"]), Path(ranks["folder"]) / "rates.json"
     result = {"error": error}  # a failed rank fails the job: its peers wait for it in vain

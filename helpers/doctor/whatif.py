@@ -79,17 +79,40 @@ def change_for(finding: dict, measured: dict, loader: bool) -> tuple[dict | None
     )
 
 
-def predicted_speedup(finding: dict, measured: dict, change: dict) -> float | None:
-    """The prediction the re-run is judged against: a what-if the doctor measured on the loop
-    (the threads trial); for workers, the data wait shared by k workers beside the rest of the
-    step (step / max(rest, wait / k): loading overlaps compute, and k workers load k batches at
-    once); else none."""
+def predicted_speedup(
+    finding: dict, measured: dict, change: dict, pricing: dict | None = None
+) -> tuple[float | None, str]:
+    """The prediction the re-run is judged against, made from the first run alone, and its
+    words: a what-if the doctor measured on the loop (the threads trial); for workers, the step
+    priced from what the first run measured (`price_workers`: the data wait, the compute and
+    the cores it keeps busy, the cores other processes use, one batch's hand-over), or why it
+    cannot be predicted; else none."""
     if finding.get("predicted_speedup"):
-        return float(finding["predicted_speedup"])
-    loader, step, wait = change.get("loader"), measured["step_s"], measured.get("wait_s")
-    if loader and wait and loader.get("num_workers"):
-        return step / max(step - wait, wait / loader["num_workers"])
-    return None
+        return float(finding["predicted_speedup"]), ""
+    loader, wait = change.get("loader"), measured.get("wait_s")
+    if not (loader and wait and loader.get("num_workers")):  # a pin_memory what-if: none
+        return None, ""
+    if measured.get("workers"):
+        return None, (
+            f"cannot be predicted here: the script's loader already runs {measured['workers']} "
+            "workers, which the re-run keeps (it adds workers only where there were none)"
+        )
+    pricing = pricing or {}
+    needed = ("main_cores", "others_cores", "load_cpu_share", "handover_main_s")
+    if any(pricing.get(k) is None for k in needed):
+        return None, "cannot be predicted here: " + pricing.get(
+            "why", "what workers would cost was not measured"
+        )
+    step = measured.get("mean_step_s") or measured["step_s"]
+    priced = price_workers(
+        step_s=step,
+        wait_s=wait / measured["step_s"] * step,  # the wait's share of the step, as measured
+        workers=int(loader["num_workers"]),
+        cores=max(1, int(measured.get("cores") or 1)),
+        **{k: pricing[k] for k in (*needed, "handover_worker_s")},
+    )
+    pricing.update({k: v for k, v in priced.items() if k not in ("predicted_speedup", "why")})
+    return priced["predicted_speedup"], priced["why"]
 
 
 def apply_in_child() -> str | None:
@@ -145,19 +168,29 @@ def _loaders_with(settings: dict) -> None:
     DataLoader.__init__ = init  # the doctor's child only, asked for by --what-if-loader
 
 
-def compare(before: dict, after: dict, finding: dict, change: dict, words: str) -> dict:
+def compare(
+    before: dict, after: dict, finding: dict, change: dict, words: str, pricing: dict | None = None
+) -> dict:
     """The what-if's record: predicted and measured speed-up of the timed window's mean step
-    (a throughput: with workers, batches arrive in bursts and the median step misleads)."""
+    (a throughput: with workers, batches arrive in bursts and the median step misleads); the
+    prediction's words and, for workers, what it was priced from."""
     step_before, step_after = (r["measured"]["mean_step_s"] for r in (before, after))
     measured = step_before / step_after if step_after else None
-    return {
+    pricing = dict(pricing) if pricing else None
+    predicted, why = predicted_speedup(finding, before["measured"], change, pricing)
+    record = {
         "finding": finding["kind"],
         "change": words,
-        "predicted_speedup": predicted_speedup(finding, before["measured"], change),
+        "predicted_speedup": predicted,
         "measured_speedup": measured,
         "step_s_before": step_before,
         "step_s_after": step_after,
     }
+    if why:
+        record["prediction"] = why
+    if pricing:
+        record["pricing"] = {k: v for k, v in pricing.items() if k != "why"}
+    return record
 
 
 def render(w: dict) -> str:
@@ -166,13 +199,305 @@ def render(w: dict) -> str:
     head = f"What-if for {w['finding']}, re-run with {w['change']}: "
     if measured is None:
         return head + "the re-run gave no timing"
-    said = f"predicted {predicted:.2f}x, " if predicted else "no prediction, "
+    why = w.get("prediction", "")
+    if predicted:
+        said = f"predicted {predicted:.2f}x, "
+    elif why:
+        said = "not predicted (it cannot be predicted here, below), "
+    else:
+        said = "no prediction, "
     verdict = (
         "it helps"
         if measured > 1.02
         else "it does not help here: the step did not get faster (2 % or more)"
     )
-    return (
+    text = (
         head + f"{said}measured {measured:.2f}x (mean step {1e3 * w['step_s_before']:.2f} -> "
         f"{1e3 * w['step_s_after']:.2f} ms): {verdict}"
     )
+    return text + (f"\n  the prediction, from the first run alone: {why}" if why else "")
+
+
+# --- pricing workers before the re-run ---------------------------------------------------------
+# The environment variable that asks the doctor's first child to measure what workers would cost
+# (--what-if-loader): its CPU use over the timed window, and one batch's load and hand-over.
+PRICE_ENV = "FTG_DOCTOR_PRICE"
+# Batches moved through the hand-over, and the most bytes moved in all (the check stays < ~1 s).
+HANDOVER_BATCHES = 3
+HANDOVER_BYTES = 1 << 30
+# Batches loaded in the main process to see how much of the data wait is CPU (not sleeps, I/O).
+LOAD_BATCHES, LOAD_SECONDS = 2, 0.5
+
+
+def _busy_seconds() -> float:
+    """CPU seconds the whole machine has run (every core, every process)."""
+    import psutil
+
+    t = psutil.cpu_times()
+    return (
+        sum(t)
+        - t.idle
+        - getattr(t, "iowait", 0.0)
+        - getattr(t, "guest", 0.0)
+        - getattr(t, "guest_nice", 0.0)
+    )
+
+
+def _own_seconds() -> tuple[float, float]:
+    """CPU seconds of this process, and of the processes below it (DataLoader workers)."""
+    import psutil
+
+    me = psutil.Process()
+    below = 0.0
+    for c in me.children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            below += sum(c.cpu_times()[:2])
+    return sum(me.cpu_times()[:2]), below
+
+
+class CpuClock:
+    """The main process's busy cores over a window (its CPU seconds over wall seconds, all its
+    threads), and the cores other processes kept busy meanwhile (the machine's CPU seconds less
+    this process's and its children's)."""
+
+    def __init__(self) -> None:
+        self.start_at: tuple[float, float, float, float] | None = None
+        self.result: dict | None = None
+
+    def start(self) -> None:
+        import time
+
+        self.start_at = (time.perf_counter(), _busy_seconds(), *_own_seconds())
+
+    def stop(self) -> None:
+        import time
+
+        if self.start_at is None or self.result is not None:
+            return
+        wall0, machine0, me0, below0 = self.start_at
+        wall, machine, me, below = time.perf_counter(), _busy_seconds(), *_own_seconds()
+        span = wall - wall0
+        if span <= 0:
+            return
+        others = (machine - machine0) - (me - me0) - max(0.0, below - below0)
+        self.result = {"main_cores": (me - me0) / span, "others_cores": max(0.0, others / span)}
+
+
+def _loaders() -> list:
+    """The DataLoaders alive in the script's process (looked for once, after the windows)."""
+    import gc
+
+    from torch.utils.data import DataLoader
+
+    return [o for o in gc.get_objects() if issubclass(type(o), DataLoader)]  # no __class__
+
+
+def one_batch(loader) -> object:
+    """A batch of the loader's own making, in this process: its sampler's first indices through
+    its data set and collate_fn (as a worker would), or an iterable data set's first items."""
+    from torch.utils.data import IterableDataset
+
+    if isinstance(loader.dataset, IterableDataset):
+        items = iter(loader.dataset)
+        if loader.batch_size is None:
+            return loader.collate_fn(next(items))
+        return loader.collate_fn([next(items) for _ in range(loader.batch_size)])
+    if loader.batch_sampler is None:
+        return loader.collate_fn(loader.dataset[next(iter(loader.sampler))])
+    return loader.collate_fn([loader.dataset[i] for i in next(iter(loader.batch_sampler))])
+
+
+def _tensors(obj: object) -> list:
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, dict):
+        obj = list(obj.values())
+    if isinstance(obj, list | tuple):
+        return [t for o in obj for t in _tensors(o)]
+    return []
+
+
+def _shared(obj: object) -> object:
+    """`obj` with each tensor's like in shared memory, where a worker's collate writes a batch
+    (the copy of the samples into it is the loading's, in the data wait already: not made)."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return torch.empty_like(obj).share_memory_()
+    if isinstance(obj, dict):
+        return {k: _shared(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        out = [_shared(o) for o in obj]
+        return out if isinstance(obj, list) else tuple(out)
+    return obj
+
+
+def _touch(obj: object) -> None:
+    """Read a page of each tensor's every page: a batch from a worker is mapped, not yet read."""
+    for t in _tensors(obj):
+        if t.is_contiguous() and t.numel():
+            float(t.reshape(-1)[:: max(1, 4096 // t.element_size())].sum())
+
+
+def _send(conn, batch: object, n: int) -> None:
+    """A stand-in worker (forked): n batches into shared memory and through the pipe, pickled
+    as a torch.multiprocessing queue pickles them; its seconds per batch back at the end."""
+    import time
+
+    import torch
+    from multiprocessing.reduction import ForkingPickler  # torch's reductions registered
+
+    torch.set_num_threads(1)  # as a DataLoader worker runs
+    spent = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        conn.send_bytes(bytes(ForkingPickler.dumps(_shared(batch))))
+        spent.append(time.perf_counter() - t0)
+    conn.send(spent)
+    conn.recv()  # the main process has rebuilt every batch: the shared memory may go
+
+
+def handover(batch: object, timeout: float = 5.0) -> dict | None:
+    """What handing `batch` over from a DataLoader worker costs: the worker's seconds (the batch
+    written to shared memory, pickled) and the main process's (unpickled, its shared memory
+    mapped and read), each the median of a few batches, through the mechanism the workers use
+    (torch.multiprocessing's pickler, a pipe, file descriptors). None where it cannot be
+    measured here (no fork: a spawned stand-in would spend seconds importing torch)."""
+    import statistics
+    import time
+
+    import torch.multiprocessing as tmp
+    from multiprocessing.reduction import ForkingPickler  # torch's reductions registered
+
+    tensors = _tensors(batch)
+    size = sum(t.numel() * t.element_size() for t in tensors)
+    if "fork" not in tmp.get_all_start_methods() or any(t.device.type != "cpu" for t in tensors):
+        return None
+    n = max(1, min(HANDOVER_BATCHES, HANDOVER_BYTES // max(1, size)))
+    ctx = tmp.get_context("fork")
+    here, there = ctx.Pipe()
+    p = ctx.Process(target=_send, args=(there, batch, n), daemon=True)
+    p.start()
+    got = []
+    try:
+        for _ in range(n):
+            if not here.poll(timeout):
+                return None
+            raw = here.recv_bytes()
+            t0 = time.perf_counter()
+            _touch(ForkingPickler.loads(raw))
+            got.append(time.perf_counter() - t0)
+        if not here.poll(timeout):
+            return None
+        sent = here.recv()
+        here.send(True)
+    finally:
+        p.join(timeout)
+        if p.is_alive():
+            p.kill()
+            p.join()
+    return {
+        "batch_bytes": size,
+        "handover_main_s": statistics.median(got),
+        "handover_worker_s": statistics.median(sent),
+    }
+
+
+def measure_price(clock: CpuClock) -> dict:
+    """What the price of workers needs beside the report: the timed window's CPU use, and for
+    the script's DataLoader one batch loaded here (its CPU seconds over its wall seconds: how
+    much of the data wait is work a worker needs a core for) and handed over. {"why": ...}
+    where something could not be measured."""
+    import time
+
+    out = dict(clock.result or {})
+    loaders = _loaders()
+    if not loaders:
+        return {**out, "why": "no DataLoader found in the script's process"}
+    try:
+        loads, wall0, cpu0 = [], time.perf_counter(), time.process_time()
+        while len(loads) < LOAD_BATCHES and time.perf_counter() - wall0 < LOAD_SECONDS:
+            loads.append(one_batch(loaders[0]))
+        wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+        out["load_cpu_share"] = cpu / wall if wall > 0 else None
+        moved = handover(loads[-1])
+    except Exception as e:  # the learner's data set may raise anything
+        return {**out, "why": f"a batch could not be loaded and handed over here ({e!r})"}
+    if moved is None:
+        return {**out, "why": "the hand-over could not be timed here (no fork start method)"}
+    return {**out, **moved}
+
+
+def price_workers(
+    *,
+    step_s: float,
+    wait_s: float,
+    workers: int,
+    cores: int,
+    main_cores: float,
+    others_cores: float,
+    load_cpu_share: float,
+    handover_main_s: float,
+    handover_worker_s: float,
+) -> dict:
+    """The step with `workers` DataLoader workers, priced from what was measured with none
+    (a pure function: every term is an argument):
+
+    - the data wait `wait_s` is the main process loading (with no workers); `load_cpu_share`
+      of it is CPU work (a batch loaded here: CPU seconds over wall seconds; sleeps and reads
+      are not), which a worker needs a core for; a worker runs one intra-op thread, so a batch
+      takes it the longer of the wait and that CPU time, plus writing the batch to shared
+      memory (`handover_worker_s`);
+    - the rest of the step is compute, on `main_cores` busy cores over the step (measured)
+      less the loading's, plus receiving each batch (`handover_main_s`);
+    - the step becomes the slower of the two sides: compute plus receiving, or a worker's
+      batch over `workers` (they load in turn, each its own batch);
+    - the cores: the workers' CPU and the main process's over that step must fit on the cores
+      other processes left free (`cores - others_cores`), else they would take turns on them
+      and the step is not predicted ("cannot be predicted here", with the numbers);
+    - a predicted step no shorter than the step now: the hand-over (or the compute) eats the
+      gain, and the prediction is <= 1x, said as such.
+
+    {"predicted_speedup": x or None, "why": the words, and the terms}."""
+    step_s, wait_s = float(step_s), min(float(wait_s), float(step_s))
+    compute = max(step_s - wait_s, 1e-9)
+    load_cpu = max(0.0, load_cpu_share) * wait_s
+    compute_cores = min(float(cores), max(0.0, (main_cores * step_s - load_cpu) / compute))
+    batch = max(wait_s, load_cpu) + handover_worker_s  # one worker, one batch
+    main = compute + handover_main_s
+    new_step = max(main, batch / workers)
+    need = (load_cpu + handover_worker_s + compute_cores * compute + handover_main_s) / new_step
+    free = cores - others_cores
+    terms = {
+        "compute_s": compute,
+        "compute_cores": compute_cores,
+        "worker_batch_s": batch,
+        "step_s_priced": new_step,
+        "cores_needed": need,
+        "cores_free": free,
+    }
+    if need > free:
+        why = (
+            f"cannot be predicted here: {workers} workers loading ({1e3 * batch:.1f} ms a batch, "
+            f"{1e3 * (load_cpu + handover_worker_s):.1f} ms of it CPU) beside the main process "
+            f"computing on {compute_cores:.2f} busy cores would need {need:.2f} cores, and "
+            f"{free:.2f} of the {cores} usable are free (other processes keep "
+            f"{others_cores:.2f} busy): they would take turns on the cores"
+        )
+        return {"predicted_speedup": None, "why": why, **terms}
+    speedup = step_s / new_step
+    side = (
+        f"the main process's compute and receiving ({1e3 * main:.1f} ms a batch)"
+        if main >= batch / workers
+        else f"{workers} workers' loading ({1e3 * batch:.1f} ms a batch each)"
+    )
+    why = (
+        f"step {1e3 * step_s:.1f} -> {1e3 * new_step:.1f} ms, set by {side}; hand-over "
+        f"{1e3 * handover_worker_s:.2f} ms in a worker + {1e3 * handover_main_s:.2f} ms in the "
+        f"main process a batch; {need:.2f} of {free:.2f} free cores"
+    )
+    if speedup <= 1.0:
+        why = "no gain: the hand-over and the compute eat it; " + why
+    return {"predicted_speedup": speedup, "why": why, **terms}
