@@ -154,3 +154,15 @@ def test_the_cpu_clock_counts_this_process_s_busy_cores():
         x = torch.tanh(x @ x / 128)
     clock.stop()
     assert clock.result["main_cores"] > 0 and clock.result["others_cores"] >= 0
+
+
+def test_a_prediction_holds_within_its_band_of_the_rerun():
+    band = whatif.PREDICTION_BAND
+    assert whatif.held_up(1.0 + 0.9 * band, 1.0) and whatif.held_up(1.0 - 0.9 * band, 1.0)
+    assert not whatif.held_up(1.0 + 1.1 * band, 1.0)
+    assert not whatif.held_up(2.27, 0.88)  # the PNG loop's first prediction: a miss
+    record = {"finding": "input-bound", "change": "workers", "step_s_before": 0.02}
+    record |= {"predicted_speedup": 2.0, "measured_speedup": 1.9, "step_s_after": 0.0105}
+    assert "the prediction held" in whatif.render(record)
+    record |= {"measured_speedup": 0.9, "step_s_after": 0.022}
+    assert "the prediction missed" in whatif.render(record)

@@ -26,6 +26,10 @@ from .. import devices
 ENV = "FTG_DOCTOR_WHAT_IF"
 # What the child holds changed until it exits.
 _HELD = contextlib.ExitStack()
+# How near the re-run must land to its prediction for the prediction to hold: within this
+# share of the measured speed-up (a re-run is another run: compare's run-to-run noise is 10 %,
+# and the price's terms are each measured once).
+PREDICTION_BAND = 0.25
 # Findings whose fix a re-run can apply, and what a re-run of each changes.
 LOADER_FINDINGS = {"input-bound"}
 ALWAYS = {"oversubscribed-threads", "no-tensor-cores"}
@@ -193,6 +197,11 @@ def compare(
     return record
 
 
+def held_up(predicted: float, measured: float) -> bool:
+    """Whether a re-run's measured speed-up lands within PREDICTION_BAND of the prediction."""
+    return abs(predicted - measured) <= PREDICTION_BAND * measured
+
+
 def render(w: dict) -> str:
     predicted = w["predicted_speedup"]
     measured = w["measured_speedup"]
@@ -211,6 +220,12 @@ def render(w: dict) -> str:
         if measured > 1.02
         else "it does not help here: the step did not get faster (2 % or more)"
     )
+    if predicted:
+        held = held_up(predicted, measured)
+        verdict += (
+            f"; the prediction {'held' if held else 'missed'} (within {PREDICTION_BAND:.0%} of "
+            "the measured or not)"
+        )
     text = (
         head + f"{said}measured {measured:.2f}x (mean step {1e3 * w['step_s_before']:.2f} -> "
         f"{1e3 * w['step_s_after']:.2f} ms): {verdict}"
@@ -345,9 +360,9 @@ def _send(conn, batch: object, n: int) -> None:
     """A stand-in worker (forked): n batches into shared memory and through the pipe, pickled
     as a torch.multiprocessing queue pickles them; its seconds per batch back at the end."""
     import time
+    from multiprocessing.reduction import ForkingPickler  # torch's reductions registered
 
     import torch
-    from multiprocessing.reduction import ForkingPickler  # torch's reductions registered
 
     torch.set_num_threads(1)  # as a DataLoader worker runs
     spent = []
@@ -367,9 +382,9 @@ def handover(batch: object, timeout: float = 5.0) -> dict | None:
     measured here (no fork: a spawned stand-in would spend seconds importing torch)."""
     import statistics
     import time
+    from multiprocessing.reduction import ForkingPickler  # torch's reductions registered
 
     import torch.multiprocessing as tmp
-    from multiprocessing.reduction import ForkingPickler  # torch's reductions registered
 
     tensors = _tensors(batch)
     size = sum(t.numel() * t.element_size() for t in tensors)
