@@ -57,6 +57,11 @@ def test_workers_that_would_oversubscribe_the_free_cores_are_not_predicted():
     assert tight["predicted_speedup"] is None
     assert tight["cores_needed"] > tight["cores_free"]
     assert tight["why"].startswith("cannot be predicted here: 2 workers loading")
+    # one worker fits beside the main process: named with its price (not re-run)
+    one = price(cores=2, workers=1)
+    assert one["predicted_speedup"] is not None and tight["workers_that_fit"] == 1
+    assert tight["why"].endswith(f"1 worker would fit, priced {one['predicted_speedup']:.2f}x")
+    assert "workers_that_fit" not in price(cores=1)  # none fits: none named
 
 
 def test_other_processes_busy_cores_are_not_free():

@@ -430,7 +430,11 @@ def measure_price(clock: CpuClock) -> dict:
     out = dict(clock.result or {})
     loaders = _loaders()
     if not loaders:
-        return {**out, "why": "no DataLoader found in the script's process"}
+        return {
+            **out,
+            "why": "no DataLoader found in the script's process (one built in the for "
+            "statement itself is held by its iterator alone, which the doctor does not open)",
+        }
     try:
         loads, wall0, cpu0 = [], time.perf_counter(), time.process_time()
         while len(loads) < LOAD_BATCHES and time.perf_counter() - wall0 < LOAD_SECONDS:
@@ -482,8 +486,13 @@ def price_workers(
     compute_cores = min(float(cores), max(0.0, (main_cores * step_s - load_cpu) / compute))
     batch = max(wait_s, load_cpu) + handover_worker_s  # one worker, one batch
     main = compute + handover_main_s
-    new_step = max(main, batch / workers)
-    need = (load_cpu + handover_worker_s + compute_cores * compute + handover_main_s) / new_step
+    cpu = load_cpu + handover_worker_s + compute_cores * compute + handover_main_s  # a batch's
+
+    def priced(k: int) -> tuple[float, float]:  # k workers: the step, the cores it keeps busy
+        step = max(main, batch / k)
+        return step, cpu / step
+
+    new_step, need = priced(workers)
     free = cores - others_cores
     terms = {
         "compute_s": compute,
@@ -501,6 +510,11 @@ def price_workers(
             f"{free:.2f} of the {cores} usable are free (other processes keep "
             f"{others_cores:.2f} busy): they would take turns on the cores"
         )
+        fits = next((k for k in range(workers - 1, 0, -1) if priced(k)[1] <= free), None)
+        if fits is not None:  # fewer workers that fit: priced, not re-run
+            gain = step_s / priced(fits)[0]
+            why += f"; {fits} worker{'s' * (fits > 1)} would fit, priced {gain:.2f}x"
+            terms["workers_that_fit"] = fits
         return {"predicted_speedup": None, "why": why, **terms}
     speedup = step_s / new_step
     side = (
