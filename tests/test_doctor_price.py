@@ -109,6 +109,11 @@ def test_the_what_if_says_why_it_cannot_predict_before_the_rerun():
     assert got is None and why.startswith("cannot be predicted here")  # 2 cores: turns
     got, why = whatif.predicted_speedup(finding, {**measured, "cores": 4}, change, pricing)
     assert got == pytest.approx(price()["predicted_speedup"]) and "set by" in why
+    # pinned batches (CUDA): the pin_memory thread's copy is the main process's too
+    pinned = {**change, "loader": {"num_workers": 2, "pin_memory": True}}
+    slow_pin = {**pricing, "pin_s": 0.030}
+    got, _ = whatif.predicted_speedup(finding, {**measured, "cores": 4}, pinned, slow_pin)
+    assert got == pytest.approx(price(handover_main_s=0.031)["predicted_speedup"])
     # a what-if measured on the loop itself is its own prediction
     assert whatif.predicted_speedup({"predicted_speedup": 1.5}, measured, change)[0] == 1.5
 
@@ -139,6 +144,7 @@ def _loader(**kw) -> DataLoader:
 def test_one_batch_is_of_the_loader_s_own_shape(loader):
     X, y = whatif.one_batch(loader)
     assert X.shape == (16, 3, 8, 8) and y.shape == (16,)
+    assert [t.shape for t in whatif._tensors({"batch": (X, [y])})] == [X.shape, y.shape]
 
 
 def test_the_hand_over_is_measured_through_a_worker_s_mechanism_and_leaves_nothing():

@@ -19,6 +19,7 @@ import functools
 import inspect
 import json
 import os
+from collections.abc import Mapping
 
 from .. import devices
 
@@ -108,12 +109,15 @@ def predicted_speedup(
             "why", "what workers would cost was not measured"
         )
     step = measured.get("mean_step_s") or measured["step_s"]
+    terms = {k: pricing[k] for k in (*needed, "handover_worker_s")}
+    if loader.get("pin_memory"):  # the pin_memory thread's copy: in the main process too
+        terms["handover_main_s"] += pricing.get("pin_s") or 0.0
     priced = price_workers(
         step_s=step,
         wait_s=wait / measured["step_s"] * step,  # the wait's share of the step, as measured
         workers=int(loader["num_workers"]),
         cores=max(1, int(measured.get("cores") or 1)),
-        **{k: pricing[k] for k in (*needed, "handover_worker_s")},
+        **terms,
     )
     pricing.update({k: v for k, v in priced.items() if k not in ("predicted_speedup", "why")})
     return priced["predicted_speedup"], priced["why"]
@@ -323,11 +327,12 @@ def one_batch(loader) -> object:
 
 
 def _tensors(obj: object) -> list:
+    """The tensors in a batch (a tensor, or mappings, lists and tuples of them)."""
     import torch
 
     if isinstance(obj, torch.Tensor):
         return [obj]
-    if isinstance(obj, dict):
+    if isinstance(obj, Mapping):
         obj = list(obj.values())
     if isinstance(obj, list | tuple):
         return [t for o in obj for t in _tensors(o)]
@@ -341,7 +346,7 @@ def _shared(obj: object) -> object:
 
     if isinstance(obj, torch.Tensor):
         return torch.empty_like(obj).share_memory_()
-    if isinstance(obj, dict):
+    if isinstance(obj, Mapping):
         return {k: _shared(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
         out = [_shared(o) for o in obj]
@@ -445,8 +450,29 @@ def measure_price(clock: CpuClock) -> dict:
     except Exception as e:  # the learner's data set may raise anything
         return {**out, "why": f"a batch could not be loaded and handed over here ({e!r})"}
     if moved is None:
-        return {**out, "why": "the hand-over could not be timed here (no fork start method)"}
-    return {**out, **moved}
+        return {
+            **out,
+            "why": "the hand-over could not be timed here (no fork start method, or a batch "
+            "already on the device)",
+        }
+    return {**out, **moved, **_pinning(loads[-1])}
+
+
+def _pinning(batch: object) -> dict:
+    """On CUDA, the seconds the pin_memory thread spends copying a batch to page-locked memory
+    (the second of two: the first allocates what the pinned-memory cache then reuses)."""
+    import time
+
+    import torch
+
+    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        return {}
+    for _ in range(2):
+        t0 = time.perf_counter()
+        for t in _tensors(batch):
+            t.pin_memory()
+        spent = time.perf_counter() - t0
+    return {"pin_s": spent}
 
 
 def price_workers(
