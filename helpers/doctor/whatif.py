@@ -227,8 +227,9 @@ def render(w: dict) -> str:
     if predicted:
         held = held_up(predicted, measured)
         verdict += (
-            f"; the prediction {'held' if held else 'missed'} (within {PREDICTION_BAND:.0%} of "
-            "the measured or not)"
+            f"; the prediction held (within {PREDICTION_BAND:.0%} of the measured)"
+            if held
+            else f"; the prediction missed (by more than {PREDICTION_BAND:.0%} of the measured)"
         )
     text = (
         head + f"{said}measured {measured:.2f}x (mean step {1e3 * w['step_s_before']:.2f} -> "
