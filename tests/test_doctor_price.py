@@ -97,25 +97,27 @@ def test_the_what_if_says_why_it_cannot_predict_before_the_rerun():
     measured = {"step_s": 0.04, "mean_step_s": 0.04, "wait_s": 0.032, "cores": 2, "workers": 0}
     change = {"loader": {"num_workers": 2}}
     finding = {"kind": "input-bound"}
-    assert whatif.predicted_speedup(finding, measured, change, None) == (
+    assert whatif.prediction(finding, measured, change, None) == (
         None,
         "cannot be predicted here: what workers would cost was not measured",
     )
-    got, why = whatif.predicted_speedup(finding, {**measured, "workers": 1}, change, {})
+    got, why = whatif.prediction(finding, {**measured, "workers": 1}, change, {})
     assert got is None and "already runs 1 workers" in why
     pricing = {k: BASE[k] for k in ("main_cores", "others_cores", "load_cpu_share")}
     pricing |= {"handover_main_s": 0.001, "handover_worker_s": 0.001}
-    got, why = whatif.predicted_speedup(finding, measured, change, pricing)
+    got, why = whatif.prediction(finding, measured, change, pricing)
     assert got is None and why.startswith("cannot be predicted here")  # 2 cores: turns
-    got, why = whatif.predicted_speedup(finding, {**measured, "cores": 4}, change, pricing)
+    got, why = whatif.prediction(finding, {**measured, "cores": 4}, change, pricing)
     assert got == pytest.approx(price()["predicted_speedup"]) and "set by" in why
     # pinned batches (CUDA): the pin_memory thread's copy is the main process's too
     pinned = {**change, "loader": {"num_workers": 2, "pin_memory": True}}
     slow_pin = {**pricing, "pin_s": 0.030}
-    got, _ = whatif.predicted_speedup(finding, {**measured, "cores": 4}, pinned, slow_pin)
+    got, _ = whatif.prediction(finding, {**measured, "cores": 4}, pinned, slow_pin)
     assert got == pytest.approx(price(handover_main_s=0.031)["predicted_speedup"])
     # a what-if measured on the loop itself is its own prediction
-    assert whatif.predicted_speedup({"predicted_speedup": 1.5}, measured, change)[0] == 1.5
+    assert whatif.prediction({"predicted_speedup": 1.5}, measured, change)[0] == 1.5
+    number = whatif.predicted_speedup(finding, {**measured, "cores": 4}, change, pricing)
+    assert number == pytest.approx(price()["predicted_speedup"])  # the number alone
 
 
 def test_the_what_if_line_says_a_price_it_could_not_make():

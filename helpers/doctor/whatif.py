@@ -84,7 +84,7 @@ def change_for(finding: dict, measured: dict, loader: bool) -> tuple[dict | None
     )
 
 
-def predicted_speedup(
+def prediction(
     finding: dict, measured: dict, change: dict, pricing: dict | None = None
 ) -> tuple[float | None, str]:
     """The prediction the re-run is judged against, made from the first run alone, and its
@@ -121,6 +121,13 @@ def predicted_speedup(
     )
     pricing.update({k: v for k, v in priced.items() if k not in ("predicted_speedup", "why")})
     return priced["predicted_speedup"], priced["why"]
+
+
+def predicted_speedup(
+    finding: dict, measured: dict, change: dict, pricing: dict | None = None
+) -> float | None:
+    """`prediction`'s number alone (None: no prediction)."""
+    return prediction(finding, measured, change, pricing)[0]
 
 
 def apply_in_child() -> str | None:
@@ -185,7 +192,7 @@ def compare(
     step_before, step_after = (r["measured"]["mean_step_s"] for r in (before, after))
     measured = step_before / step_after if step_after else None
     pricing = dict(pricing) if pricing else None
-    predicted, why = predicted_speedup(finding, before["measured"], change, pricing)
+    predicted, why = prediction(finding, before["measured"], change, pricing)
     record = {
         "finding": finding["kind"],
         "change": words,
