@@ -103,12 +103,28 @@ def prediction(
             "workers, which the re-run keeps (it adds workers only where there were none)"
         )
     pricing = pricing or {}
+    step = measured.get("mean_step_s") or measured["step_s"]
+    unreached = ""
+    if pricing.get("load_cpu_share") is None and pricing.get("main_cores") is not None:
+        # the loader was not reachable (built in the for statement): the main process's CPU
+        # over the step is all counted as loading (any split between loading and compute
+        # needs the same cores in `price_workers`), and the hand-over is left out, as said
+        share_of_step = wait / measured["step_s"]
+        pricing.update(
+            load_cpu_share=min(1.0, pricing["main_cores"] / max(share_of_step, 1e-9)),
+            handover_main_s=0.0,
+            handover_worker_s=0.0,
+        )
+        unreached = (
+            " (the script's DataLoader was not reachable, " + pricing.get("why", "") + ": "
+            "the main process's CPU is priced as loading, and a batch's hand-over from a "
+            "worker is left out)"
+        )
     needed = ("main_cores", "others_cores", "load_cpu_share", "handover_main_s")
     if any(pricing.get(k) is None for k in needed):
         return None, "cannot be predicted here: " + pricing.get(
             "why", "what workers would cost was not measured"
         )
-    step = measured.get("mean_step_s") or measured["step_s"]
     terms = {k: pricing[k] for k in (*needed, "handover_worker_s")}
     if loader.get("pin_memory"):  # the pin_memory thread's copy: in the main process too
         terms["handover_main_s"] += pricing.get("pin_s") or 0.0
@@ -120,7 +136,7 @@ def prediction(
         **terms,
     )
     pricing.update({k: v for k, v in priced.items() if k not in ("predicted_speedup", "why")})
-    return priced["predicted_speedup"], priced["why"]
+    return priced["predicted_speedup"], priced["why"] + unreached
 
 
 def predicted_speedup(
