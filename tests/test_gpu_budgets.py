@@ -232,6 +232,25 @@ def _stored(stmt: ast.stmt) -> set[str]:
     return names
 
 
+def _reads(stmt: ast.stmt, timed_fns: set[str], timers: set[str]) -> tuple:
+    """What a top-level statement reads: the names it loads, whether it calls a size (P.steps,
+    P.pick with gpu=), whether it times work, whether it reads `time.perf_counter`."""
+    nodes = list(ast.walk(stmt))
+    loads = {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    calls = [_dotted(n.func) for n in nodes if isinstance(n, ast.Call)]
+    clocks = {_dotted(w.context_expr) for n in nodes if isinstance(n, ast.With) for w in n.items}
+    clocks |= {c.removesuffix(".start") for c in calls}
+    perf = "time.perf_counter" in calls
+    times = (
+        (perf and isinstance(stmt, ast.FunctionDef))  # a function that reads the clock times
+        or any(c in TIMED_CALLS[:-1] for c in calls)
+        or bool(loads & timed_fns)
+        or bool(clocks & timers)
+    )
+    sizes = any(_is_size(n) for n in nodes)
+    return loads, sizes, times, perf
+
+
 def unsized_timed_cells(cells: list[dict]) -> list[str]:
     """The timed statements of `cells` whose sizes do not come from `P.steps` or a
     `P.pick(..., gpu=...)`, each as "cell N: its first line".
@@ -256,28 +275,12 @@ def unsized_timed_cells(cells: list[dict]) -> list[str]:
         for stmt in ast.parse(source).body:
             if _explore(stmt):
                 continue
-            nodes = list(ast.walk(stmt))
-            loads = {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-            calls = [n for n in nodes if isinstance(n, ast.Call)]
-            is_sized = bool(loads & sized) or any(_is_size(c) for c in calls)
-            clocks = {
-                _dotted(w.context_expr) for n in nodes if isinstance(n, ast.With) for w in n.items
-            }
-            clocks |= {_dotted(c.func).removesuffix(".start") for c in calls}
+            loads, sizes, times, perf = _reads(stmt, timed_fns, timers)
+            is_sized = bool(loads & sized) or sizes
             cell_loads |= loads
-            cell_sized |= any(_is_size(c) for c in calls)
-            perf, is_def = (
-                any(_dotted(c.func) == "time.perf_counter" for c in calls),
-                isinstance(stmt, ast.FunctionDef),
-            )
-            if perf and not is_def:
+            cell_sized |= sizes
+            if perf and not isinstance(stmt, ast.FunctionDef):
                 clocked = clocked or stmt  # a clock read: the cell, between its reads, is timed
-            times = (
-                (perf and is_def)
-                or any(_dotted(c.func) in TIMED_CALLS[:-1] for c in calls)
-                or bool(loads & timed_fns)
-                or bool(clocks & timers)
-            )
             if (
                 isinstance(stmt, ast.Assign)
                 and isinstance(stmt.value, ast.Call)
