@@ -32,8 +32,18 @@ KERNEL_START = 5.0  # seconds: a kernel's start and the imports, counted once a 
 STEP_SECONDS = {
     # ResNet-18 at width 64, batch 256 of 32x32 images, plain fp32 SGD step
     "training steps per epoch": {"t4": 0.15, "h100": 0.020},
-    # a small model's step with one .item() (notebook 07's sync loop): launches, then a sync
-    "steps per sync loop": {"t4": 0.004, "h100": 0.002},
+    # notebook 07's sync loop: a 3-layer MLP 2048 wide, batch 512, fp32 SGD: 26 GFLOP a step; a T4
+    # sustains ~4.5 TFLOP/s of fp32 matmul (8 peak), an H100 ~35 (50-67 peak, not tensor cores)
+    "steps per sync loop": {"t4": 0.006, "h100": 0.0008},
+    # notebook 01's big MLP: width 2048, batch 4096, three layers: 0.21 TFLOP a step, fp32
+    "big-MLP steps per timed run": {"t4": 0.040, "h100": 0.005},
+    # notebook 02's L3 copy: 2**15 images of 28x28 float32 (103 MB) from pinned memory; a T4
+    # copies ~12 GB/s host-to-device (PCIe 3 x16), an H100 ~25 GB/s (PCIe 5: ~50 at best)
+    "host-to-device copies per timed run": {"t4": 0.009, "h100": 0.004},
+    # notebook 05's small CNN (width 32), batch 256 of 32x32: 15 GFLOP a step, some 40 kernels
+    "small-CNN steps per pipeline in the epoch-time check": {"t4": 0.005, "h100": 0.0015},
+    # notebook 09's MLP (width 1024, 4 blocks), batch 1024, fp32 SGD: 52 GFLOP a step
+    "MLP steps per timed run (checkpointing)": {"t4": 0.012, "h100": 0.0015},
     # notebook 18's reference step: d2l's ResNet-18 at width 64, batch 256 of 28x28 one-channel
     # images, fp32 SGD (2.73 GFLOP an image, 0.77x the step above); the committed H100 run took
     # 12.9 ms a step with the data on the device (3.019 s for 234 batches, bench_capstone.md)
@@ -43,6 +53,8 @@ STEP_SECONDS = {
 }
 # Stated one-off costs outside the timed loops (compiling, building data, starting workers)
 ONE_OFF = {
+    # torch.compile of the six-op elementwise chain: Inductor's imports and one Triton kernel
+    "01_why_is_it_slow.ipynb": {"t4": 20.0, "h100": 8.0},
     # torch.compile of the ResNet, then again with CUDA graphs (reusing the first's kernels)
     "11b_compiler_and_cuda_graphs.ipynb": {"t4": 60.0, "h100": 25.0},
     # the same two compiles in its bars (its 16-bit, channels_last step), and its two accuracy
@@ -157,3 +169,181 @@ def test_every_sized_loop_is_in_the_plan(file):
     for c in nb["cells"]:
         if c["cell_type"] == "code" and "P.steps(" in "".join(c["source"]):
             assert "sizing" in c.get("metadata", {}).get("tags", []), (file, c["source"][:3])
+
+
+# --- every timed loop sized for a GPU -------------------------------------------------------
+# The calls that run work under a clock in a notebook's cells (`timing.ratio`, `timing.Ratio` and
+# `rec.measure` only combine or record what these timed; `P.steps` sizes, and counts as a size)
+TIMED_CALLS = ("timing.benchmark", "timing.Timer", "diagnose.DataWaitMeter", "time.perf_counter")
+# Notebooks whose timed cells do not yet all take a GPU size, and why (each a task of its own)
+NOT_SIZED_YET = {
+    "03_dataloader_workers.ipynb": "its worker sweep reads PNG files on the CPU at the smoke "
+    "profile's 1024 images; how many a GPU machine's cores need is a measurement of its own",
+    "11b_compiler_and_cuda_graphs.ipynb": "the CUDA-graph replay times a tiny model on purpose "
+    "(launch-bound, batch 32 x 64 features), its sizes literals in the cell, not parameters",
+    "16_many_machines_and_sharding.ipynb": "its one clock times a deliberately failing launch "
+    "of two CPU processes: a deadline (every rank gone), not a comparison with a size",
+}
+
+
+def _dotted(node: ast.AST) -> str:
+    """`a.b.c` for a Name or an Attribute chain; "" for anything else."""
+    if isinstance(node, ast.Attribute):
+        inner = _dotted(node.value)
+        return f"{inner}.{node.attr}" if inner else ""
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def _is_size(call: ast.AST) -> bool:
+    """`P.steps(...)`, or `P.pick(...)` with a `gpu=` size."""
+    if not isinstance(call, ast.Call):
+        return False
+    name = _dotted(call.func)
+    return name == "P.steps" or (name == "P.pick" and any(k.arg == "gpu" for k in call.keywords))
+
+
+def _python(source: str) -> str:
+    """A cell's code with IPython's line magics and shell lines as `pass` (a `%%` cell: none)."""
+    if source.lstrip().startswith("%%"):
+        return ""
+    return "\n".join(
+        ln[: len(ln) - len(ln.lstrip())] + "pass" if ln.lstrip().startswith(("%", "!")) else ln
+        for ln in source.splitlines()
+    )
+
+
+def _explore(node: ast.AST) -> bool:
+    """An Explore callback (`@one_at_a_time`): the learner's sizes, from its controls."""
+    return isinstance(node, ast.FunctionDef) and any(
+        "one_at_a_time" in _dotted(d.func if isinstance(d, ast.Call) else d)
+        for d in node.decorator_list
+    )
+
+
+def _stored(stmt: ast.stmt) -> set[str]:
+    """The names a top-level statement binds."""
+    names = {
+        n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+    }
+    if isinstance(stmt, (ast.FunctionDef, ast.ClassDef)):
+        names.add(stmt.name)
+    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+        names |= {(a.asname or a.name).split(".")[0] for a in stmt.names}
+    return names
+
+
+def _reads(stmt: ast.stmt, timed_fns: set[str], timers: set[str]) -> tuple:
+    """What a top-level statement reads: the names it loads, whether it calls a size (P.steps,
+    P.pick with gpu=), whether it times work, whether it reads `time.perf_counter`."""
+    nodes = list(ast.walk(stmt))
+    loads = {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    calls = [_dotted(n.func) for n in nodes if isinstance(n, ast.Call)]
+    clocks = {_dotted(w.context_expr) for n in nodes if isinstance(n, ast.With) for w in n.items}
+    clocks |= {c.removesuffix(".start") for c in calls}
+    perf = "time.perf_counter" in calls
+    times = (
+        (perf and isinstance(stmt, ast.FunctionDef))  # a function that reads the clock times
+        or any(c in TIMED_CALLS[:-1] for c in calls)
+        or bool(loads & timed_fns)
+        or bool(clocks & timers)
+    )
+    sizes = any(_is_size(n) for n in nodes)
+    return loads, sizes, times, perf
+
+
+def unsized_timed_cells(cells: list[dict]) -> list[str]:
+    """The timed statements of `cells` whose sizes do not come from `P.steps` or a
+    `P.pick(..., gpu=...)`, each as "cell N: its first line".
+
+    In notebook order, a name is *sized* when the statement that last bound it used a sized name
+    or called one of those (flow-sensitive: a name bound again without a size is not sized). A
+    statement is *timed* when it makes a timing call (`TIMED_CALLS`) or uses a function that does
+    (or starts a `timing.Timer` bound to a name: `with timer:` or `timer.start()`);
+    it passes when it is sized. A function that times is sized where it is defined (its body or
+    defaults use a size), else at each top-level statement that calls it. Solution cells (the
+    learner's exercises) and Explore callbacks (the learner's controls) set their own sizes."""
+    sized: set[str] = set()
+    timed_fns: set[str] = set()
+    timers: set[str] = set()
+    missing = []
+    for i, cell in enumerate(cells):
+        tags = cell.get("metadata", {}).get("tags", [])
+        if cell["cell_type"] != "code" or "solution" in tags:
+            continue
+        source = _python("".join(cell["source"]))
+        cell_loads, cell_sized, clocked, sized_before = set(), False, None, set(sized)
+        for stmt in ast.parse(source).body:
+            if _explore(stmt):
+                continue
+            loads, sizes, times, perf = _reads(stmt, timed_fns, timers)
+            is_sized = bool(loads & sized) or sizes
+            cell_loads |= loads
+            cell_sized |= sizes
+            if perf and not isinstance(stmt, ast.FunctionDef):
+                clocked = clocked or stmt  # a clock read: the cell, between its reads, is timed
+            if (
+                isinstance(stmt, ast.Assign)
+                and isinstance(stmt.value, ast.Call)
+                and _dotted(stmt.value.func) == "timing.Timer"
+            ):
+                timers.update(_stored(stmt))  # a clock: `with timer:` and `timer.start()` time
+                continue
+            if isinstance(stmt, ast.FunctionDef):
+                if times and not is_sized:
+                    timed_fns.add(stmt.name)  # its callers size it
+                else:
+                    timed_fns.discard(stmt.name)
+            elif times and not is_sized:
+                line = ast.get_source_segment(source, stmt)
+                missing.append(f"cell {i}: {line.splitlines()[0]}")
+            for name in _stored(stmt):
+                (sized.add if is_sized else sized.discard)(name)
+        if clocked and not (cell_sized or cell_loads & (sized_before | sized)):
+            missing.append(f"cell {i}: {ast.get_source_segment(source, clocked).splitlines()[0]}")
+    return missing
+
+
+@pytest.mark.parametrize("file", sorted(ENTRIES))
+def test_every_timed_loop_takes_a_gpu_size(file):
+    """Each timed statement's sizes trace back to `P.steps` or a `P.pick(..., gpu=...)`: on a
+    GPU no comparison times the CPU smoke profile's small work (kernel launches, not the lesson).
+    About 0.1 s for all the notebooks."""
+    cells = json.loads((NOTEBOOKS / file).read_text())["cells"]
+    missing = unsized_timed_cells(cells)
+    if file in NOT_SIZED_YET:
+        assert missing, f"{file} is sized now: take it out of NOT_SIZED_YET"
+    else:
+        assert not missing, (file, missing)
+
+
+def test_an_unsized_timed_cell_is_found():
+    """The check above fails on a planted cell that times work of a size without a GPU value,
+    and passes the same cell once its size has one (or comes from P.steps)."""
+
+    def code(src: str, tags=()) -> dict:
+        return {"cell_type": "code", "source": src, "metadata": {"tags": list(tags)}}
+
+    params = "P = profiles.active()\nN = P.pick(smoke=64, full=4096, what='n')\n"
+    timed = "x = torch.randn(N)\nm = timing.benchmark(lambda: x.sum(), repeats=3)\n"
+    assert unsized_timed_cells([code(params), code(timed)]) == [
+        "cell 1: m = timing.benchmark(lambda: x.sum(), repeats=3)"
+    ]
+    gpu = params.replace("full=4096", "gpu=4096, full=4096")
+    assert unsized_timed_cells([code(gpu), code(timed)]) == []
+    steps = params + "R = P.steps(lambda: None, seconds=1, smoke=3, full=9, what='r')\n"
+    in_fn = "def run(k):\n    return timing.benchmark(lambda: x.sum(), repeats=k)\n"
+    calls = "x = torch.randn(N)\nrun(3)\n"
+    assert unsized_timed_cells([code(steps), code(in_fn), code(calls)]) == ["cell 2: run(3)"]
+    assert unsized_timed_cells([code(steps), code(in_fn), code("run(R)\n")]) == []
+    # a size bound again without a GPU value is no longer sized; a solution cell is the learner's
+    again = "N = 8\n" + timed
+    assert unsized_timed_cells([code(gpu), code(again)]) != []
+    assert unsized_timed_cells([code(params), code(timed, ["solution"])]) == []
+    # planted in a real notebook: work timed at a size without a GPU value (STEPS), then at one
+    # that comes from P.steps (SYNC_STEPS)
+    cells = json.loads((NOTEBOOKS / "07_item_hygiene.ipynb").read_text())["cells"]
+    assert unsized_timed_cells(cells) == []
+    planted = "t = timing.benchmark(lambda: torch.randn({0}, {0}).sum(), repeats=3)\n"
+    found = unsized_timed_cells([*cells, code(planted.format("STEPS"))])
+    assert found == [f"cell {len(cells)}: {planted.format('STEPS').strip()}"]
+    assert unsized_timed_cells([*cells, code(planted.format("SYNC_STEPS"))]) == []
