@@ -211,11 +211,11 @@ def save(recorded: dict, rows: list[dict], text: str, a: argparse.Namespace) -> 
     elif devices.accelerator() == "cuda":
         print(f"not written to results/reference/: a {a.profile} run is no GPU reference")
     for target in targets:
-        rec = results.Recorder("bench_capstone", profile=a.profile, directory=target)
-        rec.data["data_sources"] = recorded["data_sources"]
+        record = results.Recorder("bench_capstone", profile=a.profile, directory=target)
+        record.data["data_sources"] = recorded["data_sources"]
         for row in rows:
             if row["seconds_per_epoch"] is not None:
-                rec.measure(
+                record.measure(
                     f"bench: {row['step']} s/epoch",
                     row["seconds_per_epoch"],
                     "s",
@@ -233,10 +233,10 @@ def save(recorded: dict, rows: list[dict], text: str, a: argparse.Namespace) -> 
                 )
         for m in recorded["measurements"]:
             if m["name"].endswith("test accuracy"):
-                rec.measure(f"bench: {m['name']}", m["value"], "", quiet=True)
-        rec.data["bench_table"] = rows
-        rec.data["bench_args"] = vars(a)
-        rec.save()
+                record.measure(f"bench: {m['name']}", m["value"], "", quiet=True)
+        record.data["bench_table"] = rows
+        record.data["bench_args"] = vars(a)
+        record.save()
         (target / "bench_capstone.md").write_text(text + "\n")
         print(f"written: {target / 'bench_capstone.md'}")
 

@@ -11,10 +11,10 @@
 
 A notebook's parameters cell picks each size from the active profile::
 
-    P = profiles.active()
-    WIDTH = P.pick(smoke=8, gpu=64, full=64, what="model width")
-    STEPS = P.steps(lambda: train_step(), seconds=10, smoke=5, full=500, what="timed steps")
-    P.describe()   # says what this profile changed, and how the step counts were sized
+    profile = profiles.active()
+    WIDTH = profile.pick(smoke=8, gpu=64, full=64, what="model width")
+    STEPS = profile.steps(lambda: train_step(), seconds=10, smoke=5, full=500, what="timed steps")
+    profile.describe()   # says what this profile changed, and how the step counts were sized
 
 The profile comes from `FTG_PROFILE`; `auto` (the default) picks `gpu` when an accelerator is
 present, else `smoke`.

@@ -9,7 +9,7 @@ import pytest
 
 from benchmarks import capstone as bench
 
-ROWS = [  # what notebook 18 records in rec.data["waterfall"]
+ROWS = [  # what notebook 18 records in record.data["waterfall"]
     {
         "step": "reference (d2l)",
         "kept": True,
@@ -92,7 +92,7 @@ def test_benchmark_writes_the_notebooks_table(tmp_path, monkeypatch):
     assert [r["ratio"] for r in data["bench_table"]] == [1.0, 2.0, None]
     assert data["bench_table"][2]["note"] == "skipped in this profile"
     # the overrides went in right after the notebook's parameters cell
-    i = next(i for i, s in enumerate(fake.sources) if "P = profiles.active()" in s)
+    i = next(i for i, s in enumerate(fake.sources) if "profile = profiles.active()" in s)
     assert "WIDTH=16\nACC_EPOCHS=2" in fake.sources[i + 1]
 
 
@@ -152,6 +152,6 @@ def test_notebook_18_has_the_parameters_cell_the_benchmark_overrides():
     nb = bench.notebook_with(["EPOCHS=3"])
     (i,) = [i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", [])]
     for name in ("N_TRAIN", "WIDTH", "BATCH", "BIG_BATCH", "EPOCHS", "ACC_EPOCHS", "COMPILE"):
-        assert f"{name} = P.pick(" in nb.cells[i].source
+        assert f"{name} = profile.pick(" in nb.cells[i].source
     assert nb.cells[i + 1].metadata["tags"] == ["injected-parameters"]
     assert nb.cells[i + 1].source.splitlines()[0] == "EPOCHS=3"

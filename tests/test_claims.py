@@ -359,7 +359,8 @@ def test_the_catalog_refuses_a_claim_the_ledger_does_not_know(tmp_path):
 
 @pytest.mark.parametrize("entry", catalog.load(), ids=lambda e: e["file"])
 def test_each_notebook_judges_exactly_the_claims_the_catalog_lists(entry):
-    """The catalog's claim list of a notebook is the claims its code judges (`rec.judge("L..."`)."""
+    """The catalog's claim list of a notebook is the claims its code judges
+    (`record.judge("L..."`)."""
     nb = nbformat.read(catalog.CATALOG.parent / entry["file"], as_version=4)
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     assert set(re.findall(r"\.judge\(\s*[\"'](L\d+)[\"']", code)) == set(entry.get("claims", []))
@@ -386,7 +387,9 @@ def _echoed_verdicts(sources: list[str]) -> list[int]:
 
 
 def test_a_verdict_cell_shows_its_verdict_once():
-    assert _echoed_verdicts(['x = 1\nrec.judge("L3", figure="2x")', 'rec.judge("L3");']) == [0]
+    assert _echoed_verdicts(['x = 1\nrecord.judge("L3", figure="2x")', 'record.judge("L3");']) == [
+        0
+    ]
     for entry in catalog.load():
         nb = nbformat.read(catalog.CATALOG.parent / entry["file"], as_version=4)
         sources = [c.source for c in nb.cells if c.cell_type == "code"]
@@ -421,7 +424,7 @@ def test_a_mechanism_is_never_scored():
 def test_the_recorder_prints_the_other_way_under_each_verdict(tmp_path, capsys):
     from helpers.suite.results import Recorder
 
-    rec = Recorder("x", directory=tmp_path)
-    rec.judge("L5", figure="2x", gain=2.0)
+    record = Recorder("x", directory=tmp_path)
+    record.judge("L5", figure="2x", gain=2.0)
     out = capsys.readouterr().out
     assert f"the other way: {RULES['L5'].other_way}" in out

@@ -1709,13 +1709,13 @@ def test_a_pipe_in_a_measurement_name_keeps_the_table_whole(tmp_path):
 
 
 def test_infinite_figures_never_reach_the_results_file(tmp_path):
-    rec = results.Recorder("01_x", directory=tmp_path)
+    record = results.Recorder("01_x", directory=tmp_path)
     with pytest.raises(ValueError):
-        rec.measure("t", float("inf"), "s")
+        record.measure("t", float("inf"), "s")
     import json
 
     json.loads(
-        rec.path.read_text(), parse_constant=lambda c: pytest.fail(f"non-standard JSON: {c}")
+        record.path.read_text(), parse_constant=lambda c: pytest.fail(f"non-standard JSON: {c}")
     )
 
 

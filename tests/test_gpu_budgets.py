@@ -28,7 +28,7 @@ GPUS = {"t4": TABLE[0][1], "h100": TABLE[8][1]}
 BUDGET = {"t4": "budget_seconds_t4", "h100": "budget_seconds_h100"}
 KERNEL_START = 5.0  # seconds: a kernel's start and the imports, counted once a notebook
 
-# Stated seconds per step of what each `P.steps` times (its `what`), on a T4 and an H100
+# Stated seconds per step of what each `profile.steps` times (its `what`), on a T4 and an H100
 STEP_SECONDS = {
     # ResNet-18 at width 64, batch 256 of 32x32 images, plain fp32 SGD step
     "training steps per epoch": {"t4": 0.15, "h100": 0.020},
@@ -61,7 +61,7 @@ ONE_OFF = {
     # runs' compiles of the fast recipe, which find the bars' kernels in Inductor's caches
     "18_capstone.ipynb": {"t4": 75.0, "h100": 30.0},
 }
-SIZING_CALLS = ("P.steps(", "P.pick(")
+SIZING_CALLS = ("profile.steps(", "profile.pick(")
 
 
 def sizing_source(cell: dict) -> str:
@@ -96,7 +96,7 @@ def plan(file: str, gpu: str, slower: float = 1.0) -> profiles.Profile:
     ns["device"] = torch.device("cpu")
     for i, c in enumerate(sizing):
         exec(compile(sizing_source(c), f"{file} sizing {i}", "exec"), ns)
-    return ns["P"]
+    return ns["profile"]
 
 
 @pytest.fixture
@@ -121,9 +121,9 @@ def test_the_planned_work_fits_the_budget(file, gpu, fake_cuda, stated_steps, mo
     fixed = KERNEL_START + ONE_OFF.get(file, {}).get(gpu, 0.0)
     for slower in (1.0, 10.0):
         stated_steps.update(gpu=gpu, slower=slower)
-        P = plan(file, gpu)
-        assert P.name == "gpu"
-        assert fixed + P.planned_seconds() <= budget, (file, gpu, slower, P.plan)
+        profile = plan(file, gpu)
+        assert profile.name == "gpu"
+        assert fixed + profile.planned_seconds() <= budget, (file, gpu, slower, profile.plan)
 
 
 def test_the_budgets_add_up():
@@ -152,14 +152,14 @@ def test_a_step_is_built_only_when_it_is_timed(monkeypatch):
 
 
 def test_the_plan_counts_the_runs_the_calibration_and_the_lower_bound():
-    P = profiles.Profile("gpu")
+    profile = profiles.Profile("gpu")
     kw = dict(seconds=1.0, smoke=4, full=100, what="t")
-    assert P.steps(lambda: None, step_seconds=0.1, runs=6, **kw) == 10
-    assert P.planned_seconds() == pytest.approx(10 * 6 * 0.1)  # stated: no calibration steps
-    assert P.steps(lambda: None, step_seconds=2.0, **kw) == 4  # the smoke count: the floor
-    assert P.steps(lambda: None, step_seconds=2.0, least=1, **kw) == 1  # a slow device: fewer
+    assert profile.steps(lambda: None, step_seconds=0.1, runs=6, **kw) == 10
+    assert profile.planned_seconds() == pytest.approx(10 * 6 * 0.1)  # stated: no calibration steps
+    assert profile.steps(lambda: None, step_seconds=2.0, **kw) == 4  # the smoke count: the floor
+    assert profile.steps(lambda: None, step_seconds=2.0, least=1, **kw) == 1  # a slow device: fewer
     with pytest.raises(ValueError, match="least must be in 1..smoke"):
-        P.steps(lambda: None, step_seconds=2.0, least=5, **kw)
+        profile.steps(lambda: None, step_seconds=2.0, least=5, **kw)
 
 
 @pytest.mark.parametrize("file", sorted(ENTRIES))
@@ -167,13 +167,14 @@ def test_every_sized_loop_is_in_the_plan(file):
     """A cell that sizes a timed loop by time is tagged "sizing", so the budget test counts it."""
     nb = json.loads((NOTEBOOKS / file).read_text())
     for c in nb["cells"]:
-        if c["cell_type"] == "code" and "P.steps(" in "".join(c["source"]):
+        if c["cell_type"] == "code" and "profile.steps(" in "".join(c["source"]):
             assert "sizing" in c.get("metadata", {}).get("tags", []), (file, c["source"][:3])
 
 
 # --- every timed loop sized for a GPU -------------------------------------------------------
 # The calls that run work under a clock in a notebook's cells (`timing.ratio`, `timing.Ratio` and
-# `rec.measure` only combine or record what these timed; `P.steps` sizes, and counts as a size)
+# `record.measure` only combine or record what these timed; `profile.steps` sizes, and counts as
+# a size)
 TIMED_CALLS = ("timing.benchmark", "timing.Timer", "diagnose.DataWaitMeter", "time.perf_counter")
 # Notebooks whose timed cells do not yet all take a GPU size, and why (each a task of its own)
 NOT_SIZED_YET = {
@@ -195,11 +196,13 @@ def _dotted(node: ast.AST) -> str:
 
 
 def _is_size(call: ast.AST) -> bool:
-    """`P.steps(...)`, or `P.pick(...)` with a `gpu=` size."""
+    """`profile.steps(...)`, or `profile.pick(...)` with a `gpu=` size."""
     if not isinstance(call, ast.Call):
         return False
     name = _dotted(call.func)
-    return name == "P.steps" or (name == "P.pick" and any(k.arg == "gpu" for k in call.keywords))
+    return name == "profile.steps" or (
+        name == "profile.pick" and any(k.arg == "gpu" for k in call.keywords)
+    )
 
 
 def _python(source: str) -> str:
@@ -233,8 +236,8 @@ def _stored(stmt: ast.stmt) -> set[str]:
 
 
 def _reads(stmt: ast.stmt, timed_fns: set[str], timers: set[str]) -> tuple:
-    """What a top-level statement reads: the names it loads, whether it calls a size (P.steps,
-    P.pick with gpu=), whether it times work, whether it reads `time.perf_counter`."""
+    """What a top-level statement reads: the names it loads, whether it calls a size (profile.steps,
+    profile.pick with gpu=), whether it times work, whether it reads `time.perf_counter`."""
     nodes = list(ast.walk(stmt))
     loads = {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     calls = [_dotted(n.func) for n in nodes if isinstance(n, ast.Call)]
@@ -252,8 +255,8 @@ def _reads(stmt: ast.stmt, timed_fns: set[str], timers: set[str]) -> tuple:
 
 
 def unsized_timed_cells(cells: list[dict]) -> list[str]:
-    """The timed statements of `cells` whose sizes do not come from `P.steps` or a
-    `P.pick(..., gpu=...)`, each as "cell N: its first line".
+    """The timed statements of `cells` whose sizes do not come from `profile.steps` or a
+    `profile.pick(..., gpu=...)`, each as "cell N: its first line".
 
     In notebook order, a name is *sized* when the statement that last bound it used a sized name
     or called one of those (flow-sensitive: a name bound again without a size is not sized). A
@@ -305,9 +308,9 @@ def unsized_timed_cells(cells: list[dict]) -> list[str]:
 
 @pytest.mark.parametrize("file", sorted(ENTRIES))
 def test_every_timed_loop_takes_a_gpu_size(file):
-    """Each timed statement's sizes trace back to `P.steps` or a `P.pick(..., gpu=...)`: on a
-    GPU no comparison times the CPU smoke profile's small work (kernel launches, not the lesson).
-    About 0.1 s for all the notebooks."""
+    """Each timed statement's sizes trace back to `profile.steps` or a
+    `profile.pick(..., gpu=...)`: on a GPU no comparison times the CPU smoke profile's small
+    work (kernel launches, not the lesson). About 0.1 s for all the notebooks."""
     cells = json.loads((NOTEBOOKS / file).read_text())["cells"]
     missing = unsized_timed_cells(cells)
     if file in NOT_SIZED_YET:
@@ -318,19 +321,19 @@ def test_every_timed_loop_takes_a_gpu_size(file):
 
 def test_an_unsized_timed_cell_is_found():
     """The check above fails on a planted cell that times work of a size without a GPU value,
-    and passes the same cell once its size has one (or comes from P.steps)."""
+    and passes the same cell once its size has one (or comes from profile.steps)."""
 
     def code(src: str, tags=()) -> dict:
         return {"cell_type": "code", "source": src, "metadata": {"tags": list(tags)}}
 
-    params = "P = profiles.active()\nN = P.pick(smoke=64, full=4096, what='n')\n"
+    params = "profile = profiles.active()\nN = profile.pick(smoke=64, full=4096, what='n')\n"
     timed = "x = torch.randn(N)\nm = timing.benchmark(lambda: x.sum(), repeats=3)\n"
     assert unsized_timed_cells([code(params), code(timed)]) == [
         "cell 1: m = timing.benchmark(lambda: x.sum(), repeats=3)"
     ]
     gpu = params.replace("full=4096", "gpu=4096, full=4096")
     assert unsized_timed_cells([code(gpu), code(timed)]) == []
-    steps = params + "R = P.steps(lambda: None, seconds=1, smoke=3, full=9, what='r')\n"
+    steps = params + "R = profile.steps(lambda: None, seconds=1, smoke=3, full=9, what='r')\n"
     in_fn = "def run(k):\n    return timing.benchmark(lambda: x.sum(), repeats=k)\n"
     calls = "x = torch.randn(N)\nrun(3)\n"
     assert unsized_timed_cells([code(steps), code(in_fn), code(calls)]) == ["cell 2: run(3)"]
@@ -340,7 +343,7 @@ def test_an_unsized_timed_cell_is_found():
     assert unsized_timed_cells([code(gpu), code(again)]) != []
     assert unsized_timed_cells([code(params), code(timed, ["solution"])]) == []
     # planted in a real notebook: work timed at a size without a GPU value (STEPS), then at one
-    # that comes from P.steps (SYNC_STEPS)
+    # that comes from profile.steps (SYNC_STEPS)
     cells = json.loads((NOTEBOOKS / "07_item_hygiene.ipynb").read_text())["cells"]
     assert unsized_timed_cells(cells) == []
     planted = "t = timing.benchmark(lambda: torch.randn({0}, {0}).sum(), repeats=3)\n"

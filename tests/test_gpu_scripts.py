@@ -248,10 +248,10 @@ def test_save_reference_twice_into_one_folder_accumulates(tmp_path, monkeypatch)
     for call, notebooks in enumerate((["00_a", "01_b"], ["05_c"])):
         res = tmp_path / f"results{call}"  # the suite empties build/results at every start
         for nb in notebooks:
-            rec = results.Recorder(nb, profile="full", directory=res)
-            rec.measure("x", float(call), "s")
-            rec.data["hardware"] = gpu
-            rec.save()
+            record = results.Recorder(nb, profile="full", directory=res)
+            record.measure("x", float(call), "s")
+            record.data["hardware"] = gpu
+            record.save()
         targets.append(runner.save_reference(res))
     assert targets[0] == targets[1]
     assert sorted(p.name for p in targets[0].iterdir()) == ["00_a.json", "01_b.json", "05_c.json"]
@@ -272,7 +272,7 @@ def _repo_with_tiny_notebooks(
     _tiny_wheel(repo / ".whl")
     record = (
         "from helpers.suite.results import Recorder\n"
-        "rec = Recorder({name!r}, profile='full')\nrec.measure('x', 1.5, 's')\n"
+        "record = Recorder({name!r}, profile='full')\nrecord.measure('x', 1.5, 's')\n"
     )
     if notebooks is None:
         notebooks = {"96_second": "", "97_ok": "", "98_bad": "raise ValueError('boom')"}

@@ -163,14 +163,14 @@ def test_measured_timings_carry_their_windows_and_range():
 
 
 def test_the_recorder_prints_records_and_counts_inconclusive(tmp_path, capsys):
-    rec = Recorder("02_data_loading", directory=tmp_path)
+    record = Recorder("02_data_loading", directory=tmp_path)
     r = timed_at(1.15, 1.0, 1.3)
-    v = rec.judge("L5", figure="1.15x", gain=r, timing=r)
+    v = record.judge("L5", figure="1.15x", gain=r, timing=r)
     assert v.startswith("inconclusive: the repeats range from 1 to 1.3 (gain)")
     out = capsys.readouterr().out
     assert out.startswith("[not decided here] L5 - inconclusive: the repeats range")
     assert "rule: holds when" in out and "timed: gain from 1 to 1.3" in out
-    entry = rec.data["verdicts"][-1]
+    entry = record.data["verdicts"][-1]
     assert entry["timing"]["gain"]["window_s"] == LONG and entry["timing"]["gain"]["low"] == 1.0
     assert claims.kind_of(entry["verdict"]) == "inconclusive"
     from helpers.suite import report, results
@@ -213,11 +213,11 @@ def untimed_judges(cells: dict[int, ast.Module]) -> list[str]:
 
 def test_the_check_finds_a_judge_without_timing():
     cells = [
-        'rec.judge("L5", gain=g, figure="x")',
-        'rec.judge("L5", gain=g, timing=None, figure="x")',
-        'rec.judge("L5", gain=g, timing=g, figure="x")',
-        'rec.judge("L10", on_gpu=False, round_trip_share=None, figure="x")',
-        'rec.judge("L2", added_vs_arithmetic=1, added_growth_mb=1, figure="x")',
+        'record.judge("L5", gain=g, figure="x")',
+        'record.judge("L5", gain=g, timing=None, figure="x")',
+        'record.judge("L5", gain=g, timing=g, figure="x")',
+        'record.judge("L10", on_gpu=False, round_trip_share=None, figure="x")',
+        'record.judge("L2", added_vs_arithmetic=1, added_growth_mb=1, figure="x")',
     ]
     found = untimed_judges({i: ast.parse(c) for i, c in enumerate(cells)})
     assert found == ["L5 in cell 0", "L5 in cell 1"]

@@ -48,7 +48,7 @@ def _l5_cell(tmp_path, n_images: int, step_sleep: float, resize_sleep: float = 0
         "transforms": transforms,
         "tqdm": lambda it, **_: it,
         "timing": timing,
-        "rec": Recorder("02_other_way", directory=tmp_path),
+        "record": Recorder("02_other_way", directory=tmp_path),
         "images": torch.randint(0, 256, (n_images, 1, 28, 28), dtype=torch.uint8, generator=g),
         "labels": torch.randint(0, 10, (n_images,), generator=g),
         "BATCH": 256,
@@ -60,7 +60,7 @@ def _l5_cell(tmp_path, n_images: int, step_sleep: float, resize_sleep: float = 0
     }
     with devices.cpu_threads(1):
         exec(compile(src, "02_data_loading.ipynb:L5", "exec"), ns)
-    return ns["rec"].data["verdicts"][-1]["verdict"]
+    return ns["record"].data["verdicts"][-1]["verdict"]
 
 
 @pytest.mark.slow

@@ -82,7 +82,7 @@ def _l4_cells(tmp_path, n: int, read_s: float, decode_s: float, own_s: float = 0
         "plt": plt,
         "plotting": plotting,
         "timing": timing,
-        "rec": Recorder("02_other_way", directory=tmp_path),
+        "record": Recorder("02_other_way", directory=tmp_path),
         "png_root": root,
         "files": sorted(OnTheDisk(p) for p in root.rglob("*.png")),
         "images": torch.from_numpy(images).permute(0, 3, 1, 2).contiguous(),
@@ -95,7 +95,7 @@ def _l4_cells(tmp_path, n: int, read_s: float, decode_s: float, own_s: float = 0
     with devices.cpu_threads(1):
         exec(compile(src, "02_data_loading.ipynb:L4", "exec"), ns)
     plt.close("all")
-    return ns["rec"].data["verdicts"][-1]["verdict"]
+    return ns["record"].data["verdicts"][-1]["verdict"]
 
 
 @pytest.mark.slow
@@ -130,7 +130,7 @@ def _l18_cells(tmp_path, samples: int, epochs: int, input_scale: float = 1.0) ->
         "training": training,
         "plotting": plotting,
         "device": torch.device("cpu"),
-        "rec": Recorder("06_other_way", directory=tmp_path),
+        "record": Recorder("06_other_way", directory=tmp_path),
         "X_all": (X / 255 - 0.286) / 0.353 * input_scale,
         "y_all": torch.from_numpy(labels),
         "LR_SAMPLES": samples,
@@ -139,7 +139,7 @@ def _l18_cells(tmp_path, samples: int, epochs: int, input_scale: float = 1.0) ->
     src = "\n".join(code_cell(NB06, marker) for marker in L18_CELLS)
     exec(compile(src, "06_batch_size_and_accumulation.ipynb:L18", "exec"), ns)
     plt.close("all")
-    return ns["rec"].data["verdicts"][-1]["verdict"], tuple(ns["final_loss"].values())
+    return ns["record"].data["verdicts"][-1]["verdict"], tuple(ns["final_loss"].values())
 
 
 @pytest.mark.slow

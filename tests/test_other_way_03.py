@@ -103,7 +103,7 @@ def _l1_cells(
         "tqdm": lambda it, **_: it,
         "devices": devices,
         "timing": timing,
-        "rec": Recorder("03_other_way", directory=tmp_path),
+        "record": Recorder("03_other_way", directory=tmp_path),
         "dataset": _Sleepy(n, fetch, cores),
         "BATCH": batch,
         "CORES": count,
@@ -113,7 +113,7 @@ def _l1_cells(
     }
     exec(compile(sweep, f"{NOTEBOOK}:sweep", "exec"), ns)
     exec(compile(verdicts[: verdicts.index(cut)], f"{NOTEBOOK}:L1", "exec"), ns)
-    return [v for v in ns["rec"].data["verdicts"] if v["claim"] == "L1"][-1]["verdict"]
+    return [v for v in ns["record"].data["verdicts"] if v["claim"] == "L1"][-1]["verdict"]
 
 
 @pytest.mark.slow

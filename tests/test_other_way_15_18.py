@@ -69,7 +69,7 @@ def _l17_run(
         "plotting": plotting,
         "plt": plt,
         "timing": timing,
-        "rec": Recorder(f"15_{name}", directory=tmp_path),
+        "record": Recorder(f"15_{name}", directory=tmp_path),
         "PIPE_PY": script,
         "BATCH": batch,
         "HIDDEN": hidden,
@@ -78,11 +78,11 @@ def _l17_run(
         "MICRO": [1],  # the plain split only: the rule judges its step
     }
     try:
-        for marker in ("pipe = launch.run(", "util_naive = ", 'rec.judge(\n    "L17"'):
+        for marker in ("pipe = launch.run(", "util_naive = ", 'record.judge(\n    "L17"'):
             exec(compile(code_cell(SPLIT, marker), f"{SPLIT}:{marker}", "exec"), ns)
     finally:
         plt.close("all")
-    return ns["rec"].data["verdicts"][-1]["verdict"]
+    return ns["record"].data["verdicts"][-1]["verdict"]
 
 
 def test_l17_holds_with_wide_free_stages_and_not_with_sleeping_ones(tmp_path):
@@ -169,16 +169,16 @@ def _waterfall(tmp_path: Path) -> dict:
 def _plant_cpu_reference(name: str, samples_per_s: float) -> None:
     """A committed `make bench` run on the CPU `name` (results/reference/<date>_<device>/, the
     Recorder's format): the book's loop and a kept fast recipe at `samples_per_s`."""
-    rec = Recorder("bench_capstone", profile="bench", directory=runs.reference_run_dir(name))
-    rec.data["hardware"] = {**rec.data["hardware"], "cpu": name, "gpus": []}
+    record = Recorder("bench_capstone", profile="bench", directory=runs.reference_run_dir(name))
+    record.data["hardware"] = {**record.data["hardware"], "cpu": name, "gpus": []}
     for bar, sps in (("reference (d2l)", samples_per_s / 8), ("fast", samples_per_s)):
-        rec.measure(
+        record.measure(
             f"bench: {bar} s/epoch", 60_000 / sps, "s", quiet=True, kept=True, samples_per_s=sps
         )
 
 
 def _l22(tmp_path: Path, ns: dict, dearer: dict[str, float] | None = None) -> str:
-    """18's time-vs-money cells ("fast_sps = " and 'rec.judge(\\n    "L22"') on the waterfall in
+    """18's time-vs-money cells ("fast_sps = " and 'record.judge(\\n    "L22"') on the waterfall in
     `ns` against the references under results/reference/; `dearer`: devices priced that many
     times the cell's price for their class (its prices are assumptions to change; it prices
     every CPU alike). The verdict."""
@@ -188,18 +188,18 @@ def _l22(tmp_path: Path, ns: dict, dearer: dict[str, float] | None = None) -> st
         "price_of = _priced(price_of)\n",
         before=True,
     )
-    cells = (src, code_cell(CAPSTONE, 'rec.judge(\n    "L22"'))
+    cells = (src, code_cell(CAPSTONE, 'record.judge(\n    "L22"'))
     run = {
         **ns,
         "models": models,
         "results": results,
         "on_gpu": False,
-        "rec": Recorder("18_other_way", directory=tmp_path),
+        "record": Recorder("18_other_way", directory=tmp_path),
         "_priced": lambda price_of: lambda n, kind: price_of(n, kind) * (dearer or {}).get(n, 1),
     }
     for i, cell in enumerate(cells):
         exec(compile(cell, f"{CAPSTONE}:L22-{i}", "exec"), run)
-    return run["rec"].data["verdicts"][-1]["verdict"]
+    return run["record"].data["verdicts"][-1]["verdict"]
 
 
 def test_l22_reaches_each_outcome_against_planted_reference_runs(tmp_path, monkeypatch):

@@ -97,7 +97,7 @@ def test_notebook_10_times_fp32_as_true_fp32_on_an_ampere_gpu(flags, monkeypatch
         "nn": torch.nn,
         "BLOCK_BATCH": 2,
         "BF16": True,
-        "rec": types.SimpleNamespace(measure=lambda *a, **k: None),
+        "record": types.SimpleNamespace(measure=lambda *a, **k: None),
     }
     exec(code_cell("10_mixed_precision.ipynb", "def block_step(dtype=None):"), ns)
     assert timing.seen["conv block fp32"] == ("ieee", "ieee") and _now() == ("tf32", "tf32")

@@ -7,10 +7,10 @@ What counts, found in the notebook's code, not in a list kept here:
   anything from `## Summary`, `## Exercises` or `## Solutions` on;
 - a timed run: a lesson code cell whose own statements (not the bodies of the functions it
   defines) time or record a measurement (`timing.benchmark(`, `timing.Timer(`,
-  `timing.measurement(`, `time.perf_counter(`, `doctor.watch(`, `rec.measure(`), or use a
+  `timing.measurement(`, `time.perf_counter(`, `doctor.watch(`, `record.measure(`), or use a
   function defined in the notebook that does, directly or through another such function;
 - a result: a lesson code cell that is a timed run, or records a figure or a verdict
-  (`rec.figure(`, `rec.judge(`).
+  (`record.figure(`, `record.judge(`).
 
 The rules: the lesson's first timed run has a `**Predict:**` line in the markdown before it, in
 its section or in the markdown that leads into that section (since the code cell before it); a
@@ -45,9 +45,9 @@ TIMED = {
     ("timing", "measurement"),
     ("time", "perf_counter"),
     ("doctor", "watch"),
-    ("rec", "measure"),
+    ("record", "measure"),
 }
-RESULT = TIMED | {("rec", "figure"), ("rec", "judge")}
+RESULT = TIMED | {("record", "figure"), ("record", "judge")}
 AFTER_LESSON = ("summary", "exercises", "solutions")
 WITHIN = 3  # cells between a result and the markdown that reads it aloud
 
@@ -170,7 +170,7 @@ def _planted() -> nbformat.NotebookNode:
             code("def run(f):\n    return timing.benchmark(f, repeats=3)"),
             md(f"{PREDICT} which is faster?"),
             code("a, b = run(f), run(g)"),
-            code("rec.figure(fig, 'a_vs_b')"),
+            code("record.figure(fig, 'a_vs_b')"),
             md(f"{LOOK} the ratio of the bars."),
             md("## Explore"),
             code("timing.benchmark(f)"),

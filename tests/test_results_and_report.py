@@ -9,14 +9,16 @@ from helpers.suite.results import Recorder, load_all
 
 
 def test_recorder_writes_measurements_and_verdicts(tmp_path, capsys):
-    rec = Recorder("01_test", profile="smoke", directory=tmp_path)
-    rec.data_source("fashion-mnist", synthetic=True)
-    rec.measure("uint8 batch", 3.1, "MB", ratio=4.0, note="float32 / uint8")
-    assert rec.measure("uint8 batch", 3.2, "MB") is None  # replaces, not duplicates; no Out[] echo
-    assert rec.judge("L3", figure="uint8 copies 3x faster", copy_gain=3.0) == "holds"
+    record = Recorder("01_test", profile="smoke", directory=tmp_path)
+    record.data_source("fashion-mnist", synthetic=True)
+    record.measure("uint8 batch", 3.1, "MB", ratio=4.0, note="float32 / uint8")
+    assert (
+        record.measure("uint8 batch", 3.2, "MB") is None
+    )  # replaces, not duplicates; no Out[] echo
+    assert record.judge("L3", figure="uint8 copies 3x faster", copy_gain=3.0) == "holds"
     fig, ax = plt.subplots()
     ax.plot([1, 2])
-    assert rec.figure(fig, "curve") is None  # a cell ending with it prints no file path
+    assert record.figure(fig, "curve") is None  # a cell ending with it prints no file path
     saved = json.loads((tmp_path / "01_test.json").read_text())
     assert [m["value"] for m in saved["measurements"]] == [3.2]
     assert saved["verdicts"][0]["synthetic_data"] is True
@@ -30,38 +32,38 @@ def test_recorder_writes_measurements_and_verdicts(tmp_path, capsys):
         and ">= 1.1x" in out
         and "copy_gain = 3" in out
     )
-    rec.judge("L16", figure="strict load fails", prefix_load_failed=True)
+    record.judge("L16", figure="strict load fails", prefix_load_failed=True)
     out = capsys.readouterr().out
     assert "[mechanism] L16 - mechanism shown" in out and "demonstrated, not tested" in out
-    rec.judge("L22", figure="no reference run yet", code_gain=3.0, hardware_gain=None)
+    record.judge("L22", figure="no reference run yet", code_gain=3.0, hardware_gain=None)
     assert "[not decided here] L22 - needs a reference run" in capsys.readouterr().out
-    rec.judge("L11", figure="a CPU", on_gpu=False, slowdown=1.0)
+    record.judge("L11", figure="a CPU", on_gpu=False, slowdown=1.0)
     assert "[not decided here] L11 - needs a GPU" in capsys.readouterr().out
     assert load_all(tmp_path)[0]["notebook"] == "01_test"
 
 
 def test_recorder_rejects_bad_input(tmp_path):
-    rec = Recorder("x", directory=tmp_path)
+    record = Recorder("x", directory=tmp_path)
     with pytest.raises(ValueError, match="unknown claim"):
-        rec.judge("L99", figure="1")
+        record.judge("L99", figure="1")
     with pytest.raises(ValueError, match="measured figure"):
-        rec.judge("L5", figure="", gain=2.0)
+        record.judge("L5", figure="", gain=2.0)
     with pytest.raises(TypeError, match="the rule compares"):
-        rec.judge("L5", figure="1", speed=2.0)
+        record.judge("L5", figure="1", speed=2.0)
     with pytest.raises(ValueError, match="NaN"):
-        rec.measure("x", float("nan"), "s")
+        record.measure("x", float("nan"), "s")
     with pytest.raises(ValueError, match="non-empty"):
         Recorder("", directory=tmp_path)
 
 
 def _two_notebooks(tmp_path):
     res = tmp_path / "results"
-    rec = Recorder("02_test", profile="smoke", directory=res)
-    rec.measure("samples/s, in memory", 1234.5, "samples/s", ratio=10.0, note="vs disk")
-    rec.judge("L4", figure="10x", in_ram_gain=10.0, read_share=0.1)
+    record = Recorder("02_test", profile="smoke", directory=res)
+    record.measure("samples/s, in memory", 1234.5, "samples/s", ratio=10.0, note="vs disk")
+    record.judge("L4", figure="10x", in_ram_gain=10.0, read_share=0.1)
     fig, ax = plt.subplots()
     ax.bar([0], [1])
-    rec.figure(fig, "bars")
+    record.figure(fig, "bars")
     other = Recorder("05_test", profile="smoke", directory=res)
     other.judge("L4", figure="1.05x", in_ram_gain=1.05, read_share=0.6)
     other.judge("L9", figure="graph kept", graph_bytes=1e6, after_backward_bytes=10.0)
@@ -137,9 +139,9 @@ def test_report_files_relative_links_no_markdown_in_html(tmp_path):
 
 def test_report_shows_reference_runs(tmp_path):
     ref_dir = tmp_path / "ref"
-    rec = Recorder("01_test", profile="full", directory=ref_dir)
-    rec.measure("samples/s, in memory", 99999, "samples/s")
-    rec.judge("L4", figure="50x on GPU", in_ram_gain=50.0, read_share=0.5)
+    record = Recorder("01_test", profile="full", directory=ref_dir)
+    record.measure("samples/s, in memory", 99999, "samples/s")
+    record.judge("L4", figure="50x on GPU", in_ram_gain=50.0, read_share=0.5)
     here = Recorder("01_test", profile="smoke", directory=tmp_path / "here")
     here.measure("samples/s, in memory", 1000, "samples/s")
     rep = report.build(load_all(tmp_path / "here"), references=[("h100-2026", load_all(ref_dir))])

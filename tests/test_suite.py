@@ -122,13 +122,13 @@ def test_save_reference_copies_results_into_a_device_named_folder(tmp_path, monk
 
     monkeypatch.setattr(paths, "reference_results_dir", lambda: tmp_path / "reference")
     res = tmp_path / "results"
-    rec = results.Recorder("01_test", profile="full", directory=res)
-    rec.measure("samples/s", 5.0, "samples/s")
-    rec.data["hardware"] = {
+    record = results.Recorder("01_test", profile="full", directory=res)
+    record.measure("samples/s", 5.0, "samples/s")
+    record.data["hardware"] = {
         "cpu": "Some CPU",
         "gpus": [{"name": "NVIDIA H100 80GB HBM3", "memory_gib": 79.1}],
     }
-    rec.save()
+    record.save()
     target = runner.save_reference(res)
     assert target.parent == tmp_path / "reference"
     assert target.name.endswith("_NVIDIA-H100-80GB-HBM3") and target.name[:4].isdigit()
@@ -216,8 +216,8 @@ from helpers import paths  # noqa: E402
 
 RECORD = (
     "from helpers.suite import results\n"
-    "rec = results.Recorder('{0}', profile='smoke')\n"
-    "rec.measure('answer', 42.0, 'units')"
+    "record = results.Recorder('{0}', profile='smoke')\n"
+    "record.measure('answer', 42.0, 'units')"
 )
 
 

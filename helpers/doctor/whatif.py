@@ -19,7 +19,7 @@ import functools
 import inspect
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from .. import devices
 
@@ -499,6 +499,21 @@ def _pinning(batch: object) -> dict:
     return {"pin_s": spent}
 
 
+# How `price_workers` prices the step:
+# - the data wait `wait_s` is the main process loading (with no workers); `load_cpu_share`
+#   of it is CPU work (a batch loaded here: CPU seconds over wall seconds; sleeps and reads
+#   are not), which a worker needs a core for; a worker runs one intra-op thread, so a batch
+#   takes it the longer of the wait and that CPU time, plus writing the batch to shared
+#   memory (`handover_worker_s`);
+# - the rest of the step is compute, on `main_cores` busy cores over the step (measured)
+#   less the loading's, plus receiving each batch (`handover_main_s`);
+# - the step becomes the slower of the two sides: compute plus receiving, or a worker's
+#   batch over `workers` (they load in turn, each its own batch);
+# - the cores: the workers' CPU and the main process's over that step must fit on the cores
+#   other processes left free (`cores - others_cores`), else they would take turns on them
+#   and the step is not predicted ("cannot be predicted here", with the numbers);
+# - a predicted step no shorter than the step now: the hand-over (or the compute) eats the
+#   gain, and the prediction is <= 1x, said as such.
 def price_workers(
     *,
     step_s: float,
@@ -512,23 +527,7 @@ def price_workers(
     handover_worker_s: float,
 ) -> dict:
     """The step with `workers` DataLoader workers, priced from what was measured with none
-    (a pure function: every term is an argument):
-
-    - the data wait `wait_s` is the main process loading (with no workers); `load_cpu_share`
-      of it is CPU work (a batch loaded here: CPU seconds over wall seconds; sleeps and reads
-      are not), which a worker needs a core for; a worker runs one intra-op thread, so a batch
-      takes it the longer of the wait and that CPU time, plus writing the batch to shared
-      memory (`handover_worker_s`);
-    - the rest of the step is compute, on `main_cores` busy cores over the step (measured)
-      less the loading's, plus receiving each batch (`handover_main_s`);
-    - the step becomes the slower of the two sides: compute plus receiving, or a worker's
-      batch over `workers` (they load in turn, each its own batch);
-    - the cores: the workers' CPU and the main process's over that step must fit on the cores
-      other processes left free (`cores - others_cores`), else they would take turns on them
-      and the step is not predicted ("cannot be predicted here", with the numbers);
-    - a predicted step no shorter than the step now: the hand-over (or the compute) eats the
-      gain, and the prediction is <= 1x, said as such.
-
+    (a pure function: every term is an argument; the pricing is in the comment above).
     {"predicted_speedup": x or None, "why": the words, and the terms}."""
     step_s, wait_s = float(step_s), min(float(wait_s), float(step_s))
     compute = max(step_s - wait_s, 1e-9)
@@ -553,30 +552,61 @@ def price_workers(
         "cores_free": free,
     }
     if need > free:
-        why = (
-            f"cannot be predicted here: {workers} workers loading ({1e3 * batch:.1f} ms a batch, "
-            f"{1e3 * (load_cpu + handover_worker_s):.1f} ms of it CPU) beside the main process "
-            f"computing on {compute_cores:.2f} busy cores would need {need:.2f} cores, and "
-            f"{free:.2f} of the {cores} usable are free (other processes keep "
-            f"{others_cores:.2f} busy): they would take turns on the cores"
-        )
-        fits = next((k for k in range(workers - 1, 0, -1) if priced(k)[1] <= free), None)
-        if fits is not None:  # fewer workers that fit: priced, not re-run
-            gain = step_s / priced(fits)[0]
-            why += f"; {fits} worker{'s' * (fits > 1)} would fit, priced {gain:.2f}x"
-            terms["workers_that_fit"] = fits
-        return {"predicted_speedup": None, "why": why, **terms}
+        batch_cpu = load_cpu + handover_worker_s
+        return _refusal(workers, batch, batch_cpu, terms, cores, others_cores, priced, step_s)
     speedup = step_s / new_step
+    why = _priced_words(step_s, new_step, main, batch, workers, handover_worker_s, handover_main_s)
+    why += f"; {need:.2f} of {free:.2f} free cores"
+    if speedup <= 1.0:
+        why = "no gain: the hand-over and the compute eat it; " + why
+    return {"predicted_speedup": speedup, "why": why, **terms}
+
+
+def _priced_words(
+    step_s: float,
+    new_step: float,
+    main: float,
+    batch: float,
+    workers: int,
+    handover_worker_s: float,
+    handover_main_s: float,
+) -> str:
+    """`price_workers`' words for a priced step: what sets it, and the hand-over's cost."""
     side = (
         f"the main process's compute and receiving ({1e3 * main:.1f} ms a batch)"
         if main >= batch / workers
         else f"{workers} workers' loading ({1e3 * batch:.1f} ms a batch each)"
     )
-    why = (
+    return (
         f"step {1e3 * step_s:.1f} -> {1e3 * new_step:.1f} ms, set by {side}; hand-over "
         f"{1e3 * handover_worker_s:.2f} ms in a worker + {1e3 * handover_main_s:.2f} ms in the "
-        f"main process a batch; {need:.2f} of {free:.2f} free cores"
+        f"main process a batch"
     )
-    if speedup <= 1.0:
-        why = "no gain: the hand-over and the compute eat it; " + why
-    return {"predicted_speedup": speedup, "why": why, **terms}
+
+
+def _refusal(
+    workers: int,
+    batch: float,
+    batch_cpu: float,
+    terms: dict,
+    cores: int,
+    others: float,
+    priced: Callable[[int], tuple[float, float]],
+    step_s: float,
+) -> dict:
+    """`price_workers`' answer when the workers and the main process would not fit the cores:
+    no prediction, the numbers, and the most workers short of these that would fit."""
+    why = (
+        f"cannot be predicted here: {workers} workers loading ({1e3 * batch:.1f} ms a batch, "
+        f"{1e3 * batch_cpu:.1f} ms of it CPU) beside the main process computing on "
+        f"{terms['compute_cores']:.2f} busy cores would need {terms['cores_needed']:.2f} cores, "
+        f"and {terms['cores_free']:.2f} of the {cores} usable are free (other processes keep "
+        f"{others:.2f} busy): they would take turns on the cores"
+    )
+    free = terms["cores_free"]
+    fits = next((k for k in range(workers - 1, 0, -1) if priced(k)[1] <= free), None)
+    if fits is not None:  # fewer workers that fit: priced, not re-run
+        gain = step_s / priced(fits)[0]
+        why += f"; {fits} worker{'s' * (fits > 1)} would fit, priced {gain:.2f}x"
+        terms["workers_that_fit"] = fits
+    return {"predicted_speedup": None, "why": why, **terms}

@@ -1,10 +1,10 @@
 """Record a notebook's measurements and claim verdicts as data the report collects.
 
-    rec = Recorder("02_data_loading", profile=P)
-    rec.measure("batch bytes, float32", 12.5, "MB")
-    rec.measure("batch bytes, uint8", 3.1, "MB", ratio=4.0, note="float32 / uint8")
-    rec.judge("L3", figure="uint8 copies 2.5x faster", copy_gain=2.5)
-    rec.figure(fig, "batch_memory")
+    record = Recorder("02_data_loading", profile=profile)
+    record.measure("batch bytes, float32", 12.5, "MB")
+    record.measure("batch bytes, uint8", 3.1, "MB", ratio=4.0, note="float32 / uint8")
+    record.judge("L3", figure="uint8 copies 2.5x faster", copy_gain=2.5)
+    record.figure(fig, "batch_memory")
 
 Every call rewrites `build/results/<notebook>.json`: a notebook stopped half-way keeps what it
 measured.
