@@ -352,14 +352,17 @@ def busy_seconds(prof: profile, device_type: str) -> float:
     for e in prof.events():
         if e.device_type == torch.autograd.DeviceType.CUDA and not e.is_user_annotation:
             spans.setdefault(e.device_index, []).append((e.time_range.start, e.time_range.end))
-    covered = []
-    for intervals in spans.values():
-        total, end = 0.0, float("-inf")
-        for lo, hi in sorted(intervals):
-            total += max(0.0, hi - max(lo, end))
-            end = max(end, hi)
-        covered.append(total)
+    covered = [covered_us(intervals) for intervals in spans.values()]
     return sum(covered) / len(covered) / 1e6 if covered else 0.0
+
+
+def covered_us(spans: list[tuple[float, float]]) -> float:
+    """Microseconds covered by at least one of the (start, end) spans: overlaps count once."""
+    total, end = 0.0, float("-inf")
+    for lo, hi in sorted(spans):
+        total += max(0.0, hi - max(lo, end))
+        end = max(end, hi)
+    return total
 
 
 class StepWindow:

@@ -12,7 +12,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from helpers import doctor
+from helpers import diagnose, doctor
 from helpers.doctor import copies, profiled, rules, whatif
 
 TRACE = json.loads((Path(__file__).parent / "doctor_traces" / "cuda_copies.json").read_text())
@@ -30,7 +30,7 @@ def busy(name: str) -> float:
     s = TRACE[name]
     spans = [(e["start_us"], e["start_us"] + e["dur_us"]) for e in s["events"]]
     cuda = [span for e, span in zip(s["events"], spans, strict=True) if e["device"] == "CUDA"]
-    return copies._union(cuda) / s["window_us"]
+    return diagnose.covered_us(cuda) / s["window_us"]
 
 
 def gpu(c: dict, **kw) -> rules.Measured:

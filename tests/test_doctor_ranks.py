@@ -13,6 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from helpers import diagnose
 from helpers.doctor import cli, rules, text
 from tests.test_doctor_cli import ROOT, report
 
@@ -267,8 +268,8 @@ def test_collective_time_is_the_union_of_overlapping_spans_step_by_step():
     from helpers.doctor import profiled
 
     # DDP's buckets overlap (two all-reduces in flight at once): counted once
-    assert profiled._union_us([(0, 10), (5, 20), (30, 40), (31, 32)]) == 30
-    assert profiled._union_us([]) == 0
+    assert diagnose.covered_us([(0, 10), (5, 20), (30, 40), (31, 32)]) == 30
+    assert diagnose.covered_us([]) == 0
     # three 100 us steps, in collectives 50, 90 (one step a busy machine held up) and 40 us
     m = rules.Measured(device="cpu", step_s=0.010, steps=12)
     spans = [(10, 40), (30, 60), (110, 200), (250, 290)]

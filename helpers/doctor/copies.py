@@ -30,6 +30,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
+from .. import diagnose
+
 # "Memcpy HtoD (Pageable -> Device)": the direction, the source's memory, the destination's.
 MEMCPY = re.compile(r"^Memcpy (HtoD|DtoH) \(([\w ]+) -> ([\w ]+)\)$")
 # Runtime calls in which the host waits for the device: a copy's own call, or the sync after it.
@@ -134,7 +136,7 @@ def account(events: list[Event], steps: int, window_s: float) -> dict:
             if upload:
                 held.append(wait)
     busy = [(k.start_us, k.end_us) for k in kernels]
-    exposed = _union(held + _minus(transfers, busy))
+    exposed = diagnose.covered_us(held + _minus(transfers, busy))
     for k in kinds.values():
         k.per_step /= steps
         k.transfer_s *= 1e-6 / steps
@@ -148,8 +150,8 @@ def account(events: list[Event], steps: int, window_s: float) -> dict:
     return {
         "kinds": [asdict(k) for k in order],
         "exposed_s": 1e-6 * exposed / steps,
-        "transfer_s": 1e-6 * _union(transfers) / steps,
-        "held_s": 1e-6 * _union(held) / steps,
+        "transfer_s": 1e-6 * diagnose.covered_us(transfers) / steps,
+        "held_s": 1e-6 * diagnose.covered_us(held) / steps,
         "step_s": step_s,
         "share": min(1.0, 1e-6 * exposed / window_s) if window_s > 0 else 0.0,
     }
@@ -166,16 +168,6 @@ def _wait(copy: Event, waits: list[Event]) -> tuple[float, float] | None:
     if not mine or max(w.end_us for w in mine) + CLOCK_US < copy.end_us:
         return None
     return min(w.start_us for w in mine), max(w.end_us for w in mine)
-
-
-def _union(spans: list[tuple[float, float]]) -> float:
-    """Microseconds covered by at least one of the spans."""
-    total, end = 0.0, float("-inf")
-    for a, b in sorted(spans):
-        if b > end:
-            total += b - max(a, end)
-            end = b
-    return total
 
 
 def _minus(spans: list[tuple[float, float]], cover: list[tuple[float, float]]):

@@ -143,22 +143,16 @@ def _collectives(spans: list[tuple[float, float]], bounds: list[float], m: Measu
     from .session import spread
 
     shares = [
-        min(1.0, _union_us([(max(a, lo), min(b, hi)) for a, b in spans if b > lo and a < hi]) / d)
+        min(
+            1.0,
+            diagnose.covered_us([(max(a, lo), min(b, hi)) for a, b in spans if b > lo and a < hi])
+            / d,
+        )
         for lo, hi in itertools.pairwise(bounds)
         if (d := hi - lo) > 0
     ] or [0.0]
     m.collective_s = statistics.median(shares) * m.step_s
     m.collective_spread_s = spread(shares) * m.step_s
-
-
-def _union_us(spans: list[tuple[float, float]]) -> float:
-    """Microseconds covered by at least one of the spans."""
-    total, end = 0.0, float("-inf")
-    for a, b in sorted(spans):
-        if b > end:
-            total += b - max(a, end)
-            end = b
-    return total
 
 
 def _in_process_group() -> bool:

@@ -16,10 +16,15 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import inspect
 import json
 import os
+import statistics
+import time
 from collections.abc import Callable, Mapping
+
+import psutil
 
 from .. import devices
 
@@ -274,8 +279,6 @@ LOAD_BATCHES, LOAD_SECONDS = 2, 0.5
 
 def _busy_seconds() -> float:
     """CPU seconds the whole machine has run (every core, every process)."""
-    import psutil
-
     t = psutil.cpu_times()
     return (
         sum(t)
@@ -288,8 +291,6 @@ def _busy_seconds() -> float:
 
 def _own_seconds() -> tuple[float, float]:
     """CPU seconds of this process, and of the processes below it (DataLoader workers)."""
-    import psutil
-
     me = psutil.Process()
     below = 0.0
     for c in me.children(recursive=True):
@@ -308,13 +309,9 @@ class CpuClock:
         self.result: dict | None = None
 
     def start(self) -> None:
-        import time
-
         self.start_at = (time.perf_counter(), _busy_seconds(), *_own_seconds())
 
     def stop(self) -> None:
-        import time
-
         if self.start_at is None or self.result is not None:
             return
         wall0, machine0, me0, below0 = self.start_at
@@ -328,8 +325,6 @@ class CpuClock:
 
 def _loaders() -> list:
     """The DataLoaders alive in the script's process (looked for once, after the windows)."""
-    import gc
-
     from torch.utils.data import DataLoader
 
     return [o for o in gc.get_objects() if issubclass(type(o), DataLoader)]  # no __class__
@@ -388,7 +383,6 @@ def _touch(obj: object) -> None:
 def _send(conn, batch: object, n: int) -> None:
     """A stand-in worker (forked): n batches into shared memory and through the pipe, pickled
     as a torch.multiprocessing queue pickles them; its seconds per batch back at the end."""
-    import time
     from multiprocessing.reduction import ForkingPickler  # torch's reductions registered
 
     import torch
@@ -409,8 +403,6 @@ def handover(batch: object, timeout: float = 5.0) -> dict | None:
     mapped and read), each the median of a few batches, through the mechanism the workers use
     (torch.multiprocessing's pickler, a pipe, file descriptors). None where it cannot be
     measured here (no fork: a spawned stand-in would spend seconds importing torch)."""
-    import statistics
-    import time
     from multiprocessing.reduction import ForkingPickler  # torch's reductions registered
 
     import torch.multiprocessing as tmp
@@ -454,8 +446,6 @@ def measure_price(clock: CpuClock) -> dict:
     the script's DataLoader one batch loaded here (its CPU seconds over its wall seconds: how
     much of the data wait is work a worker needs a core for) and handed over. {"why": ...}
     where something could not be measured."""
-    import time
-
     out = dict(clock.result or {})
     loaders = _loaders()
     if not loaders:
@@ -485,8 +475,6 @@ def measure_price(clock: CpuClock) -> dict:
 def _pinning(batch: object) -> dict:
     """On CUDA, the seconds the pin_memory thread spends copying a batch to page-locked memory
     (the second of two: the first allocates what the pinned-memory cache then reuses)."""
-    import time
-
     import torch
 
     if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
