@@ -360,6 +360,8 @@ def covered_us(spans: list[tuple[float, float]]) -> float:
     """Microseconds covered by at least one of the (start, end) spans: overlaps count once."""
     total, end = 0.0, float("-inf")
     for lo, hi in sorted(spans):
+        if hi < lo:  # a reversed span would be counted as nothing, silently
+            raise ValueError(f"covered_us: spans must end after they start, got ({lo}, {hi})")
         total += max(0.0, hi - max(lo, end))
         end = max(end, hi)
     return total

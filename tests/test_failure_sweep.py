@@ -1191,6 +1191,12 @@ CASES = [
         "gpu",
     ),
     case(
+        diagnose.covered_us,
+        ValueError,
+        r"covered_us: spans must end after they start, got \(5, 2\)",
+        [(0, 1), (5, 2)],
+    ),
+    case(
         diagnose.busy_seconds,
         ValueError,
         r"busy_seconds: device_type must be one of .*got 'gpu'",
