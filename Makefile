@@ -67,8 +67,8 @@ test-slow: install
 # Every notebook as a learner uses it (not in `make test`; .ci/run calls it): every notebook in
 # JupyterLab + headless Chromium (the browser test), whose kernel first runs it with the Explore
 # sections skipped, so Run All is the re-run (tests/learner_passes.py; with nbclient where
-# Chromium is missing); each Explore that needs no section above right after the setup; and notebooks 00, 06 and 18 the way Colab/Kaggle run
-# them, from an empty folder; and the capstone benchmark (notebook 18 again, timed:
+# Chromium is missing); each Explore that needs no section above right after the setup; and notebooks 00, 07 and 19 the way Colab/Kaggle run
+# them, from an empty folder; and the capstone benchmark (notebook 19 again, timed:
 # benchmarks/test_capstone_ratio.py). The passes assert no speed, so they run TEST_JOBS at a time
 # like `make notebooks` (a notebook beside another is what a shared class machine does to it);
 # the hosted-style runs share one fresh environment, so they stay in one worker (xdist_group).

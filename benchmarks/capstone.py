@@ -1,10 +1,10 @@
-"""The capstone benchmark: notebook 18 executed headless, its waterfall written as a table.
+"""The capstone benchmark: notebook 19 executed headless, its waterfall written as a table.
 
     python -m benchmarks.capstone            # `make bench`: full profile on a GPU, smoke on a CPU
     python -m benchmarks.capstone --help
 
 The benchmark *is* the notebook: the book's loop and every change of the fast recipe are the
-code in the cells of notebooks/18_capstone.ipynb, executed here by nbclient with the chosen
+code in the cells of notebooks/19_capstone.ipynb, executed here by nbclient with the chosen
 profile (`--set NAME=VALUE` overrides a parameter, papermill-style: a cell inserted after the
 notebook's parameters cell). The table comes from what the notebook recorded. The notebook
 asserts that the fast recipe keeps the accuracy (at most one point below the reference), so a
@@ -32,7 +32,7 @@ import torch
 from helpers import devices, paths
 from helpers.suite import results, runner, runs
 
-NOTEBOOK = paths.ROOT / "notebooks" / "18_capstone.ipynb"
+NOTEBOOK = paths.ROOT / "notebooks" / "19_capstone.ipynb"
 REFERENCE_PROFILES = ("gpu", "full")  # what results/reference/ holds: a GPU's sizes, not smoke's
 
 
@@ -77,7 +77,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def notebook_with(overrides: list[str]) -> nbformat.NotebookNode:
-    """Notebook 18 with a cell setting `overrides` right after its parameters cell."""
+    """Notebook 19 with a cell setting `overrides` right after its parameters cell."""
     nb = nbformat.read(NOTEBOOK, as_version=4)
     (i,) = [i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", [])]
     if overrides:
@@ -178,7 +178,7 @@ def summary(recorded: dict, rows: list[dict], a: argparse.Namespace, seconds: fl
             f"# Capstone benchmark: {name}, {a.profile} profile",
             "",
             f"- date: {time.strftime('%Y-%m-%d %H:%M %Z')}; torch {torch.__version__}; "
-            f"notebook 18, profile {a.profile}"
+            f"notebook 19, profile {a.profile}"
             + (f", overridden: {', '.join(a.set)}" if a.set else ""),
             f"- data: {detail}",
             f"- model: d2l ResNet-18; {recorded['gflop_per_image']:.3f} GFLOP per training image "
@@ -246,21 +246,21 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     work = paths.results_dir() / "bench_capstone_run"
     work.mkdir(parents=True, exist_ok=True)
-    (work / "18_capstone.json").unlink(missing_ok=True)
+    (work / "19_capstone.json").unlink(missing_ok=True)
     nb_path = work / NOTEBOOK.name
     nbformat.write(notebook_with(a.set), nb_path)
     saved = {k: os.environ.get(k) for k in ("FTG_PROFILE", "FTG_RESULTS_DIR")}
     os.environ.update(FTG_PROFILE=a.profile, FTG_RESULTS_DIR=str(work))  # the kernel inherits both
-    print(f"Capstone benchmark: executing notebook 18 ({a.profile} profile) in {work}")
+    print(f"Capstone benchmark: executing notebook 19 ({a.profile} profile) in {work}")
     try:
         out = runner.execute(nb_path, work, a.timeout)
     finally:
         for k, v in saved.items():
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
     if out["status"] != "ok":
-        print(f"FAIL: notebook 18 {out['status']}: {out['error']} (executed copy: {nb_path})")
+        print(f"FAIL: notebook 19 {out['status']}: {out['error']} (executed copy: {nb_path})")
         return 1
-    recorded = json.loads((work / "18_capstone.json").read_text())
+    recorded = json.loads((work / "19_capstone.json").read_text())
     rows = bench_rows(recorded)
     text = summary(recorded, rows, a, time.perf_counter() - t0)
     print(text)

@@ -1,5 +1,5 @@
 """The capstone's performance bars, as ratios measured side by side in one process: the whole
-of `make bench` (notebook 18 executed headless), its table read back.
+of `make bench` (notebook 19 executed headless), its table read back.
 
 - Any machine: the d2l reference loop (ToTensor per sample, 4 DataLoader workers) is slower than
   the same training with the uint8 data set in memory, at the smoke profile's narrow width where
@@ -24,12 +24,12 @@ from helpers import devices
 
 def _run_bench(tmp_path, monkeypatch, argv: list[str]) -> list[dict]:
     monkeypatch.setenv("FTG_BUILD_DIR", str(tmp_path))
-    assert bench.main(argv) == 0, "notebook 18 failed (the fast recipe lost accuracy, or an error)"
+    assert bench.main(argv) == 0, "notebook 19 failed (the fast recipe lost accuracy, or an error)"
     return json.loads((tmp_path / "results" / "bench_capstone.json").read_text())["bench_table"]
 
 
 @pytest.mark.benchmark
-@pytest.mark.learner  # notebook 18 run a second time (make test runs it once): `make test-learner`
+@pytest.mark.learner  # notebook 19 run a second time (make test runs it once): `make test-learner`
 def test_in_memory_uint8_beats_the_reference_loader(tmp_path, monkeypatch):
     # smoke profile (one CPU thread: shared cores make threads noisy; 3 timed epochs, as in
     # every profile, so that the keep rule's spread is measured); a cell past 300 s (the longest

@@ -2,7 +2,7 @@
 feeds at least 8x as many samples/s as (a) the PNG + DataLoader pipeline at its best worker count
 (on a CPU-only machine, where it measured 9.7-11.8x in seven runs on the 2-core development machine
 on 2026-11-26: 8x leaves that machine's spread as margin; >= 50x on a GPU). Ratios only, never
-absolute times. The two pipelines are notebook 05's, written the same way.
+absolute times. The two pipelines are notebook 06's, written the same way.
 
     FTG_PROFILE=smoke .venv/bin/pytest -q -m benchmark benchmarks/test_data_pipelines.py
 """
@@ -29,7 +29,7 @@ def _epoch(batches, device: torch.device) -> int:
 
 
 def _crop_flip_normalise(x: torch.Tensor, g: torch.Generator, pad: int = 4) -> torch.Tensor:
-    """Notebook 05's batched augmentation: per-sample crop (two gathers), one masked flip."""
+    """Notebook 06's batched augmentation: per-sample crop (two gathers), one masked flip."""
     n, c, h, w = x.shape
     xp = F.pad(x, (pad,) * 4)
     oy, ox = (torch.randint(0, 2 * pad + 1, (n, 1), device=x.device, generator=g) for _ in range(2))

@@ -1,5 +1,5 @@
 """2-process DDP with one thread each vs one single-threaded process, on a compute-bound MLP
-(notebook 14's training script, as its `%%writefile {TRAIN_PY}` cell writes it).
+(notebook 16's training script, as its `%%writefile {TRAIN_PY}` cell writes it).
 
 Weak scaling: every process trains on its own batch of the same size, so 2 processes do twice
 the work per step; the ratio of samples/s is the speed-up. On 2 cores the ideal is 2x; the
@@ -73,7 +73,7 @@ def independent_pair(script) -> float:
 
 @pytest.mark.benchmark
 def test_two_processes_beat_one_by_1_3x(tmp_path):
-    script = write_script("14_ddp.ipynb", "TRAIN_PY", tmp_path / "train_ddp.py")
+    script = write_script("16_ddp.ipynb", "TRAIN_PY", tmp_path / "train_ddp.py")
     best = {"one": 0.0, "ddp": 0.0, "pair": 0.0}
     for _ in range(ROUNDS):
         best["one"] = max(best["one"], single(script))

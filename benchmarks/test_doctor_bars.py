@@ -1,6 +1,6 @@
 """The bottleneck doctor's two bars, as ratios measured in one run:
 
-- its prediction: on notebook 19's broken loops (input-bound, overhead-bound), the speed-up its
+- its prediction: on notebook 20's broken loops (input-bound, overhead-bound), the speed-up its
   what-if predicts for the top fix is within 25 % of the speed-up measured when the fix is
   applied and the loop re-run (syncs counted on a CPU are not part of it: no cost is claimed);
 - its own cost: watching adds at most 10 % to the step time outside the counting window, on a

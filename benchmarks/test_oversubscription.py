@@ -3,7 +3,7 @@ a core busy on purpose and needs the machine otherwise quiet).
 
 Beside one busy process, a loop of small element-wise ops (one barrier each) runs with as many
 intra-op threads as usable cores, PyTorch's default, and with the suite's rule, `devices.share()`:
-the free cores. Notebook 04 teaches the mechanism (threads spin-waiting at every barrier for a
+the free cores. Notebook 05 teaches the mechanism (threads spin-waiting at every barrier for a
 partner that has no core); this test keeps the size of the loss in view.
 """
 

@@ -1,4 +1,4 @@
-"""More intra-op threads speed up a big matmul on free cores (notebook 04, section 2).
+"""More intra-op threads speed up a big matmul on free cores (notebook 05, section 2).
 
 The notebook prints this comparison instead of asserting it: beside another notebook (two run
 at once in `make notebooks`) a core can be taken during its sweep, and two threads then wait at

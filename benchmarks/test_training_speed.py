@@ -1,4 +1,4 @@
-"""Speed ratios of the training-step techniques (notebooks 06-10).
+"""Speed ratios of the training-step techniques (notebooks 07-12).
 
 Ratios only, never absolute times.
 
@@ -34,7 +34,7 @@ needs_bf16 = pytest.mark.skipif(  # without a GPU, say that, not what a GPU woul
 def _samples_per_s(
     net, batches, *, device, precision="fp32", channels_last=False, fused=False, log_every=0
 ) -> float:
-    """Samples/s of a plain SGD loop over `batches` (the loop of notebooks 07 and 10): one warm-up
+    """Samples/s of a plain SGD loop over `batches` (the loop of notebooks 08 and 12): one warm-up
     epoch, then the best of two timed epochs."""
     net = copy.deepcopy(net).to(
         device, memory_format=torch.channels_last if channels_last else torch.preserve_format

@@ -4,7 +4,7 @@
 data
   data            Fashion-MNIST and CIFAR-10 through torchvision (offline, a labelled stand-in);
                   `TensorBatches`: batches of uint8 tensors held in memory or on the device
-                  `cifar_shaped`: the normalised images notebooks 10, 11 and 11b train on
+                  `cifar_shaped`: the normalised images notebooks 12, 11 and 13 train on
   synthetic       those stand-ins, written in the real data sets' on-disk formats
   pipelines       the CPU image pipeline (image files, decode, augment), what its workers cost; DALI
   paths           where data sets and build output live on disk
@@ -15,7 +15,7 @@ training
   training        a plain training loop and evaluation, for notebooks not about the loop;
                   checkpoints that load anywhere; a step's peak memory (one measure, every
                   device) and saved activations
-  capstone        notebook 18's plumbing: data, model, recipes, timing a bar, the waterfall
+  capstone        notebook 19's plumbing: data, model, recipes, timing a bar, the waterfall
 timing
   timing          `Timer` and `benchmark`: warm-up, repeats, median, device synchronised
   profiles        the smoke and full sizes of every notebook

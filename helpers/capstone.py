@@ -1,4 +1,4 @@
-"""Plumbing of notebook 18, the capstone: data, model, recipes, timing a bar, the waterfall.
+"""Plumbing of notebook 19, the capstone: data, model, recipes, timing a bar, the waterfall.
 
 Its training code (the book's loop, each change of the fast recipe) is written in the notebook's
 cells, and `make bench` executes that notebook: one source. A `Recipe` is one bar's settings;
@@ -29,11 +29,11 @@ D2L_WORKERS = 4  # d2l.get_dataloader_workers()
 MIN_STEADY_EPOCHS = 3
 DATA_MODES = ("loader", "memory", "device")
 INITS = ("d2l", "default")
-PRECISIONS = ("fp32", "bf16", "fp16")  # fp16: autocast with a GradScaler (notebook 10)
+PRECISIONS = ("fp32", "bf16", "fp16")  # fp16: autocast with a GradScaler (notebook 12)
 SAFEGUARDS = {
     "init": "default",
     "lr_schedule": "linear-decay",
-}  # speed-neutral; notebook 18, section 5
+}  # speed-neutral; notebook 19, section 5
 
 
 @dataclass
@@ -250,7 +250,7 @@ def _profiled_epoch(
 def waterfall_work(batch: int, big_batch: int, epochs: int = MIN_STEADY_EPOCHS) -> int:
     """The waterfall's work for each batch of a timed epoch, in steps of the reference's size
     (`batch`): the `runs` by which `Profile.steps` multiplies the reference's step time to plan
-    notebook 18's budget. Each of its 11 bars runs a warm-up epoch and `epochs` timed ones: the
+    notebook 19's budget. Each of its 11 bars runs a warm-up epoch and `epochs` timed ones: the
     reference and the two data bars in steps of `batch`; the three fp32 bars from "larger batch"
     on in steps of `big_batch`, `big_batch / batch` reference steps each; the five from the
     16-bit bar on about half that, their matmuls and convolutions on 16-bit tensor cores (a

@@ -6,8 +6,8 @@ torchvision class. `describe(ds)` says which, `ds.synthetic` tells code. Offline
 connection attempt, or `FTG_OFFLINE=1`: a download never hangs.
 
 `TensorBatches(x_uint8, y, 512, augment=to_unit_float, device="cuda")`: (X, y) batches of a
-data set held as uint8 tensors, where a DataLoader was (notebooks 05, 17, 18).
-`cifar_shaped(source, n)`: the normalised in-memory images notebooks 10, 11 and 11b train on.
+data set held as uint8 tensors, where a DataLoader was (notebooks 06, 04, 19).
+`cifar_shaped(source, n)`: the normalised in-memory images notebooks 12, 11 and 13 train on.
 """
 
 from __future__ import annotations
@@ -263,7 +263,7 @@ def as_tensors(ds: Dataset, limit: int | None = None) -> tuple[torch.Tensor, tor
     return x.contiguous(), y
 
 
-# The two sources of notebooks 10, 11 and 11b: CIFAR-10, or CIFAR-shaped synthetic images.
+# The two sources of notebooks 12, 11 and 13: CIFAR-10, or CIFAR-shaped synthetic images.
 CIFAR_SHAPED_SOURCES = ("cifar10", "synthetic.class_images")
 
 
@@ -280,8 +280,8 @@ class CifarShaped(NamedTuple):
 
 def cifar_shaped(source: str, n: int) -> CifarShaped:
     """The first `n` CIFAR-10 training images (`source="cifar10"`; the labelled stand-in offline),
-    or `n` synthetic class images of that shape, as `(x / 255 - 0.5) / 0.25`. Notebooks 10, 11
-    and 11b time a ResNet on the same data held in memory: this is their data, written once
+    or `n` synthetic class images of that shape, as `(x / 255 - 0.5) / 0.25`. Notebooks 12, 11
+    and 13 time a ResNet on the same data held in memory: this is their data, written once
     (their lessons are the precision, the fp32 paths and the compiler, not loading images)."""
     check_choice("source", source, CIFAR_SHAPED_SOURCES, where="cifar_shaped")
     check_int("n", n, where="cifar_shaped")

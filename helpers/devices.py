@@ -442,7 +442,7 @@ def describe_hardware(summary: dict[str, Any] | None = None) -> str:
         f"{s['cpu_cores_logical']} logical)",
         f"RAM   : {s['ram_gib']} GiB",
         f"bf16  : CPU advertises bf16 instructions = {s['cpu_bf16_instructions']} "
-        "(faster? notebook 10 measures)",
+        "(faster? notebook 12 measures)",
         f"torch : {s['torch']} ({build}), {s['torch_threads']} intra-op threads",
     ]
     for g in s["gpus"]:
@@ -523,7 +523,7 @@ def free_cores(window: float = 0.25) -> int:
 def share(processes: int = 1) -> int:
     """Intra-op threads each of `processes` busy processes (workers, ranks) may use: threads x
     processes <= the free cores. Past them, threads wait at every barrier for a partner that is
-    not running: notebook 06 ran 10x slower beside one busy program on 2 cores."""
+    not running: notebook 07 ran 10x slower beside one busy program on 2 cores."""
     check_int("processes", processes, 1, where="share")
     return max(1, free_cores() // processes)
 

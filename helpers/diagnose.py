@@ -9,8 +9,8 @@
 
 A step is timed up to the next `next()`, after a device sync, so queued GPU work is charged to
 the step, not the data (`sync_every=k`: fewer stalls, the totals stay right). `StepWindow` is
-notebook 17's profiler schedule as a per-step hook, for the loops notebook 18 writes in its cells.
-`bottleneck` names what bounds a loop from its measured shares of the step, for notebook 17,
+notebook 04's profiler schedule as a per-step hook, for the loops notebook 19 writes in its cells.
+`bottleneck` names what bounds a loop from its measured shares of the step, for notebook 04,
 the capstone and the doctor alike; its thresholds live here, each with its source.
 """
 
@@ -28,7 +28,7 @@ from .checks import check_choice, check_int, check_number
 from .devices import as_device, synchronize
 from .timing import Measurement, measurement
 
-# The suite's one rule set for a loop's time (notebooks 03, 17 and 18, the doctor): each
+# The suite's one rule set for a loop's time (notebooks 03, 04 and 19, the doctor): each
 # threshold below, and in THRESHOLDS with its source. Two are the TensorBoard profiler plugin's
 # performance advisor's (the plugin is retired, its rules kept): "DataLoader time > 5 % of the
 # step" -> more workers; "GPU utilisation < 50 %" -> a bigger batch (RunProfileData.analyze).
@@ -94,7 +94,7 @@ HOST_WAITS = (
         OVERHEAD_SHARE,
         "overhead-bound",
         "dispatching ops",
-        "measured by the doctor on the 2-core CPU: notebook 19's 1024-wide MLP < 1 %, its 40 "
+        "measured by the doctor on the 2-core CPU: notebook 20's 1024-wide MLP < 1 %, its 40 "
         "tiny Linear layers 95-130 %; from 30 %, a bigger batch or fusion saves the overhead",
     ),
 )
@@ -328,7 +328,7 @@ LOADER_EVENT = "enumerate(DataLoader)"
 def loader_wait_seconds(prof: profile) -> float | None:
     """Seconds the host spent in DataLoader `__next__` calls in `prof`'s window; None where no
     DataLoader ran in it. The data wait of a loop nobody can wrap in a DataWaitMeter: a script
-    the doctor runs unmodified, the loops notebook 18 hooks a StepWindow into."""
+    the doctor runs unmodified, the loops notebook 19 hooks a StepWindow into."""
     spans = [
         e.time_range.elapsed_us()
         for e in prof.events()
@@ -339,7 +339,7 @@ def loader_wait_seconds(prof: profile) -> float | None:
 
 def busy_seconds(prof: profile, device_type: str) -> float:
     """How long the device was busy in `prof`'s window: the suite's one busy formula (notebook
-    17, the capstone and the doctor read it). On a GPU, the time covered by at least one kernel
+    04, the capstone and the doctor read it). On a GPU, the time covered by at least one kernel
     or copy, so kernels overlapping on two streams count once, averaged over the GPUs that ran
     any; on a CPU, the operators' self time. Labels (`record_function`) are not work."""
     check_choice("device_type", device_type, ("cpu", "cuda", "mps", "xpu"), where="busy_seconds")
@@ -369,7 +369,7 @@ def covered_us(spans: list[tuple[float, float]]) -> float:
 
 class StepWindow:
     """Profile steps `warmup+1 ... warmup+steps` of a loop that calls `w(k)` after its k-th step:
-    `torch.profiler.schedule` (notebook 17) with `warmup-1` steps unprofiled (worker start-up,
+    `torch.profiler.schedule` (notebook 04) with `warmup-1` steps unprofiled (worker start-up,
     lazy initialisation, compiling, CUDA-graph recording), one profiler warm-up step (the
     profiler's own start-up) and `steps` recorded. Make it just before the loop: the profiler
     counts steps from then on. The device is synchronised at both edges of the recorded steps.

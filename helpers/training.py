@@ -3,13 +3,13 @@
     hist = training.train(net, batches, num_epochs=2, lr=0.1, device=device)   # hist[-1].loss
     training.evaluate(net, test_batches, device=device)     # {'loss', 'accuracy', 'samples'}
 
-The loop is SGD on cross-entropy in fp32, for notebooks not about the loop (04, 07 and 12 write
-theirs in cells). Loss and accuracy stay on the device until an epoch ends: every read is a sync
-(notebook 07). Checkpoints (08): DataParallel/DDP save `module.<name>` keys, tensors keep the
+The loop is SGD on cross-entropy in fp32, for notebooks not about the loop (those about it
+write theirs in cells). Loss and accuracy stay on the device until an epoch ends: every read is a
+sync (notebook 08). Checkpoints (09): DataParallel/DDP save `module.<name>` keys, tensors keep the
 device they were saved from (hence `map_location`), and `torch.load` unpickles, so
-`load_weights` always passes `weights_only=True`. Memory (04, 05, 07): `peak_step_bytes` is the
+`load_weights` always passes `weights_only=True`. Memory (07, 10, 14): `peak_step_bytes` is the
 suite's one peak measure; `SavedTensors` counts what autograd saves for backward (claim L9).
-`calibration_step` is the plain step the gpu profile times to size an epoch (10, 11, 11b).
+`calibration_step` is the plain step the gpu profile times to size an epoch (06, 10-13, 19).
 """
 
 from __future__ import annotations

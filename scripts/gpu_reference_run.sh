@@ -20,7 +20,7 @@
 #
 # `all` is the one-call check of a GPU: the preflight, then every notebook in the default `gpu`
 # profile, ONE AT A TIME (the catalog's H100 budgets are seconds of a notebook alone on the
-# machine): the capstone (18) first, then the others longest budget first (budget_seconds_h100
+# machine): the capstone (19) first, then the others longest budget first (budget_seconds_h100
 # in notebooks/catalog.toml), each in its own suite call under a limit of 1.5 times its budget
 # plus 30 s. A notebook that fails or overruns is recorded as failed (its error and the tail of
 # its output) and the next one runs; one whose budget no longer fits before the call's deadline
@@ -28,7 +28,7 @@
 # finished is packed (each file written whole, then renamed), so a call that is killed still
 # returns it; SIGTERM or Ctrl-C stop the running notebook, pack and clean up. At most 6 files:
 #     all-<time>.log, seconds-<time>.json (each notebook's status, seconds and budget, the ones
-#     not run and why), report-<time>.md, bench_capstone-<time>.md (notebook 18's table),
+#     not run and why), report-<time>.md, bench_capstone-<time>.md (notebook 19's table),
 #     failed-<time>.tar.gz (executed copies and kernel logs of the failures),
 #     reference-<time>.tar.gz (the passing notebooks' results for results/reference/)
 # Its exit status: 0 when every notebook ran and passed, 1 when one failed or was not run,
@@ -480,7 +480,7 @@ print(" ".join(f"{n}.ipynb" for n, r in d.items() if r.get("status") != "ok"))' 
     fi
 }
 
-# `all`'s order: "name budget" lines, the capstone (18) first, then the longest H100 budget
+# `all`'s order: "name budget" lines, the capstone (19) first, then the longest H100 budget
 # first (notebooks/catalog.toml), ties in teaching order.
 all_plan() {
     FTG_DEFAULT_BUDGET=$DEFAULT_BUDGET "$PY" - <<'PYEOF'
@@ -496,7 +496,7 @@ for n in names:
     if budgets.get(n) is None:
         print(f"== {n}: no budget_seconds_h100 in {catalog}: {default} s assumed", file=sys.stderr)
 budget = {n: int(budgets.get(n) or default) for n in names}
-for n in sorted(names, key=lambda n: (not n.startswith("18_"), -budget[n], n)):
+for n in sorted(names, key=lambda n: (not n.startswith("19_"), -budget[n], n)):
     print(n, budget[n])
 PYEOF
 }
@@ -695,7 +695,7 @@ try:
 except Exception as e:  # noqa: BLE001 - the seconds and tarballs are already out
     print(f"== report not written: {type(e).__name__}: {e}", file=sys.stderr)
 
-capstone = [run / "results" / f"{n}.json" for n, run in ok if n.startswith("18_") and run]
+capstone = [run / "results" / f"{n}.json" for n, run in ok if n.startswith("19_") and run]
 if capstone and capstone[0].is_file():
     recorded = json.loads(capstone[0].read_text())
     if "waterfall" in recorded:
@@ -703,7 +703,7 @@ if capstone and capstone[0].is_file():
 
         put(f"bench_capstone-{tag}.md", table(bench_rows(recorded)) + "\n")
     elif state != "running":
-        print("== notebook 18 recorded no waterfall: no capstone table")
+        print("== notebook 19 recorded no waterfall: no capstone table")
 print(f"== packed: {len(ok)} ok, {len(failed)} failed, {len(not_run)} not run"
       + (f", {len(to_run)} to run" if to_run else ""))
 PYEOF

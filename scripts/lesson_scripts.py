@@ -7,7 +7,7 @@ a cell that starts with a cell magic, so without this step those scripts are nev
     python scripts/lesson_scripts.py NB.ipynb ... # those notebooks only
 
 Each cell's body goes to its own file in a temporary folder, named after its notebook and cell
-(`14_ddp.cell04.TRAIN_PY.py`); problems are printed with the notebook, the cell's index and the
+(`16_ddp.cell04.TRAIN_PY.py`); problems are printed with the notebook, the cell's index and the
 line in the cell (the `%%writefile` line is line 1). Exit status 1 on any problem.
 """
 

@@ -1,4 +1,4 @@
-"""`make bench` executes notebook 18 (the one source of the capstone's code) and turns what it
+"""`make bench` executes notebook 19 (the one source of the capstone's code) and turns what it
 recorded into a table. These tests run its plumbing around a faked execution; the real run is
 `make bench` itself and benchmarks/test_capstone_ratio.py."""
 
@@ -9,7 +9,7 @@ import pytest
 
 from benchmarks import capstone as bench
 
-ROWS = [  # what notebook 18 records in record.data["waterfall"]
+ROWS = [  # what notebook 19 records in record.data["waterfall"]
     {
         "step": "reference (d2l)",
         "kept": True,
@@ -68,7 +68,7 @@ def _fake_execute(status="ok", error=""):
                 {"name": "fast recipe test accuracy", "value": 0.81},
             ],
         }
-        (out_dir / "18_capstone.json").write_text(json.dumps(recorded))
+        (out_dir / "19_capstone.json").write_text(json.dumps(recorded))
         return {"status": status, "seconds": 1.0, "error": error}
 
     return execute
@@ -125,7 +125,7 @@ def test_a_failing_notebook_fails_the_benchmark(tmp_path, monkeypatch, capsys):
     )
     assert bench.main([]) == 1
     assert (
-        "FAIL: notebook 18 failed: AssertionError: the fast recipe lost accuracy"
+        "FAIL: notebook 19 failed: AssertionError: the fast recipe lost accuracy"
         in capsys.readouterr().out
     )
     assert not (tmp_path / "results" / "bench_capstone.md").exists()

@@ -235,7 +235,7 @@ def _run_all_cells(nb, lab, page) -> None:
             f"{nb.name} did not finish within {RUN_TIMEOUT_MS / 1000:.0f} s; "
             f"errors so far: {page.evaluate(JS_ERRORS)}\nserver log:\n{lab.log_tail()}"
         )
-    # Error outputs in the notebook model (not text: notebook 16 prints a rank's traceback on
+    # Error outputs in the notebook model (not text: notebook 18 prints a rank's traceback on
     # purpose).
     errors = page.evaluate(JS_ERRORS)
     if errors:

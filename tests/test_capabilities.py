@@ -2,7 +2,7 @@
 torch.compile, CUDA graphs, TF32, the fused optimizer, the batch finder's memory budget, whether
 the GPU is used at all) decided from a device's description, over a table of the GPUs learners
 get. No GPU needed: each row is the description `devices.describe` reads from torch on that
-device; the live path is tested with torch.cuda faked, and notebooks 10 and 18's decision cells
+device; the live path is tested with torch.cuda faked, and notebooks 12 and 19's decision cells
 run against a fake T4."""
 
 import types
@@ -255,7 +255,7 @@ def test_notebook_07_precisions_skip_with_the_reason(
         "autocast_step": None,
         "fp16_step": None,
     }
-    exec(code_cell("10_mixed_precision.ipynb", 'BF16_HW = caps.bf16 == "native"'), ns)
+    exec(code_cell("12_mixed_precision.ipynb", 'BF16_HW = caps.bf16 == "native"'), ns)
     assert ns["available"] == available and ns["BF16"] is ("bf16" in available)
     assert said in capsys.readouterr().out
 
@@ -327,7 +327,7 @@ def test_notebook_18_bars_skip_with_the_reason(described, skipped, graphs, low, 
     before = matmul.fp32_precision, conv.fp32_precision
     try:  # PyTorch's defaults on a CUDA build: fp32 matmuls ("none": inherited "ieee"), TF32 convs
         matmul.fp32_precision, conv.fp32_precision = "none", "tf32"
-        exec(code_cell("18_capstone.ipynb", "NEEDS = {"), ns)
+        exec(code_cell("19_capstone.ipynb", "NEEDS = {"), ns)
     finally:
         matmul.fp32_precision, conv.fp32_precision = before
     assert set(ns["skip"]) == set(skipped)

@@ -1,4 +1,4 @@
-"""Notebook 18's plumbing: data, model, recipes, the timing of a bar and the waterfall's rules.
+"""Notebook 19's plumbing: data, model, recipes, the timing of a bar and the waterfall's rules.
 The training code itself is in the notebook's cells (run by nbval and by `make bench`)."""
 
 import pytest
@@ -133,7 +133,7 @@ def test_a_cuda_graphs_bar_whose_graphs_did_not_run_is_not_kept():
 
 
 def fake_train(seconds: list[float], calls: list | None = None):
-    """A training function as notebook 18 writes them, with made-up epoch times; it calls
+    """A training function as notebook 19 writes them, with made-up epoch times; it calls
     `on_step` after every step (so a profiler window sees real steps)."""
 
     def train(net, recipe, num_epochs, max_batches=None, on_step=None):

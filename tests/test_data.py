@@ -182,7 +182,7 @@ def test_two_writers_of_a_fresh_data_folder_do_not_race(data_root, tmp_path):
 
 
 # --- TensorBatches: every sample once per epoch, reshuffled, staged copies that match plain
-# indexing (notebook 05 asserts its batched crop/flip against the definition)
+# indexing (notebook 06 asserts its batched crop/flip against the definition)
 
 
 def batch(n=32, seed=0):

@@ -1,4 +1,4 @@
-"""Notebook 14's no_sync script (its `%%writefile {NOSYNC_PY}` cell) and notebook 16's sharding
+"""Notebook 16's no_sync script (its `%%writefile {NOSYNC_PY}` cell) and notebook 18's sharding
 script (its `%%writefile {SHARD_PY}` cell), each in two real gloo processes."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ def _flat(params: list[list[float]]) -> np.ndarray:
 
 
 def test_no_sync_all_reduces_once_per_step_to_the_same_weights(tmp_path):
-    script = write_script("14_ddp.ipynb", "NOSYNC_PY", tmp_path / "no_sync.py")
+    script = write_script("16_ddp.ipynb", "NOSYNC_PY", tmp_path / "no_sync.py")
     accum = 3
     r = launch.run(
         script,
@@ -38,7 +38,7 @@ def test_no_sync_all_reduces_once_per_step_to_the_same_weights(tmp_path):
 
 def test_sharding_splits_what_each_rank_holds_and_trains_the_same_weights(tmp_path):
     script = write_script(
-        "16_many_machines_and_sharding.ipynb", "SHARD_PY", tmp_path / "sharded.py"
+        "18_many_machines_and_sharding.ipynb", "SHARD_PY", tmp_path / "sharded.py"
     )
     r = launch.run(script, ["--steps", 3, "--hidden", 64], nprocs=2, stream=False, timeout=240)
     for rank in (0, 1):

@@ -1,6 +1,6 @@
-"""Notebook 14's DDP training script (the text its `%%writefile {TRAIN_PY}` cell writes), run in
+"""Notebook 16's DDP training script (the text its `%%writefile {TRAIN_PY}` cell writes), run in
 real processes: N ranks reach the weights of one process trained on the global batch; and
-notebook 16's failing DDP loop (its `%%writefile {FAIL_PY}` cell): the rank that failed is named."""
+notebook 18's failing DDP loop (its `%%writefile {FAIL_PY}` cell): the rank that failed is named."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ SMALL = [
 
 
 def test_ddp_matches_one_process_on_the_global_batch(tmp_path):
-    script = write_script("14_ddp.ipynb", "TRAIN_PY", tmp_path / "train_ddp.py")
+    script = write_script("16_ddp.ipynb", "TRAIN_PY", tmp_path / "train_ddp.py")
     ddp = launch.run(script, [*SMALL, "--batch", 8], nprocs=2, stream=False, timeout=180)
     one = launch.run(script, [*SMALL, "--batch", 16], nprocs=1, stream=False, timeout=180)
     other = launch.run(script, [*SMALL, "--batch", 8], nprocs=1, stream=False, timeout=180)
@@ -45,7 +45,7 @@ def test_ddp_matches_one_process_on_the_global_batch(tmp_path):
 
 def test_a_failing_rank_is_named(tmp_path):
     script = write_script(
-        "16_many_machines_and_sharding.ipynb", "FAIL_PY", tmp_path / "fail_ddp.py"
+        "18_many_machines_and_sharding.ipynb", "FAIL_PY", tmp_path / "fail_ddp.py"
     )
     try:
         launch.run(script, ["--fail-rank", 1], nprocs=2, stream=False, timeout=180)

@@ -248,7 +248,7 @@ def _names(node: ast.AST) -> set[str]:
     }
 
 
-@pytest.mark.parametrize("notebook", ["17_profiling.ipynb", "18_capstone.ipynb"])
+@pytest.mark.parametrize("notebook", ["04_profiling.ipynb", "19_capstone.ipynb"])
 def test_notebooks_17_and_18_call_the_classifier_and_hold_no_thresholds(notebook):
     tree = _code(notebook)
     calls = [

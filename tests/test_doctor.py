@@ -453,11 +453,11 @@ print("a spawned worker delivered", tuple(X.shape))
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_notebook_19s_dataset_loads_in_spawned_workers(tmp_path):
-    """Notebook 19 writes its Dataset to a module (`%%writefile {DATASET}`), so a worker started
+    """Notebook 20 writes its Dataset to a module (`%%writefile {DATASET}`), so a worker started
     by spawn imports it; a class defined in a cell would fail there. In a process of its own
     (python -c, a `__main__` without a file, as a notebook's): spawn's resource tracker ends
     with it."""
-    write_script("19_your_own_loop.ipynb", "DATASET", tmp_path / "blurred_data.py")
+    write_script("20_your_own_loop.ipynb", "DATASET", tmp_path / "blurred_data.py")
     r = subprocess.run(
         [sys.executable, "-c", SPAWNED_BATCH, str(tmp_path)],
         cwd=ROOT,
@@ -510,7 +510,7 @@ def test_a_loop_whose_only_syncs_are_pageable_copies_is_not_told_to_read_less(me
     assert w.measured.sync_ops == {PAGEABLE: 2}
     sync = next(f for f in w.findings if f.kind == "copy-bound")
     assert sync.fix == rules.UPLOAD_FIX and "read it every k steps" not in sync.fix
-    assert "no read to remove" in sync.evidence and sync.notebook == "08_device_placement.ipynb"
+    assert "no read to remove" in sync.evidence and sync.notebook == "09_device_placement.ipynb"
 
 
 @pytest.mark.parametrize("reads", [0, 1])
@@ -527,7 +527,7 @@ def test_a_measured_stall_with_copies_never_promises_the_read_fix_alone(reads):
     else:
         assert rules.READ_FIX not in sync.fix
     only_reads = rules.sync_bound(m(**{**vars(gpu), "sync_ops": {"_local_scalar_dense": 2}}))
-    assert only_reads.fix == rules.READ_FIX and only_reads.notebook == "07_item_hygiene.ipynb"
+    assert only_reads.fix == rules.READ_FIX and only_reads.notebook == "08_item_hygiene.ipynb"
 
 
 def test_tf32_state_is_read_through_the_api_a_script_used():

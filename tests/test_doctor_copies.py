@@ -72,9 +72,9 @@ def test_pageable_blocking_copies_are_copy_bound_with_the_pin_and_non_blocking_f
     assert top.kind == "copy-bound" and top.share == pytest.approx(c["share"])
     assert "host->device pageable, blocking: 2 a step" in top.evidence
     assert top.fix.index("pin_memory=True") < top.fix.index("non_blocking=True")
-    assert "uint8" in top.fix and "05_gpu_data_pipelines.ipynb" in top.fix
-    assert "08_device_placement.ipynb" in top.fix and top.notebook == "08_device_placement.ipynb"
-    assert "07_item_hygiene.ipynb" not in top.fix  # a loss read moves a few bytes
+    assert "uint8" in top.fix and "06_gpu_data_pipelines.ipynb" in top.fix
+    assert "09_device_placement.ipynb" in top.fix and top.notebook == "09_device_placement.ipynb"
+    assert "08_item_hygiene.ipynb" not in top.fix  # a loss read moves a few bytes
     assert "host->device pageable blocking x2 (1.35 ms on the device)" in doctor.render(m, [top])
     v = rules.verdict(m)
     assert v.kind == "copy-bound" and v.shares["copy"] == c["share"]

@@ -115,7 +115,7 @@ def test_the_straggler_is_the_rank_that_waits_least(tmp_path):
     s = ranks["straggler"]
     assert s["rank"] == 1 and s["gap_s"] > 0.025 and s["gap_s"] > s["threshold_s"], s
     top = out["findings"][0]
-    assert top["kind"] == "straggler" and top["notebook"] == "14_ddp.ipynb", out["findings"]
+    assert top["kind"] == "straggler" and top["notebook"] == "16_ddp.ipynb", out["findings"]
     assert "rank 1 is the straggler" in top["evidence"]
     assert f"they wait {1e3 * s['gap_s']:.1f} ms" in top["evidence"]
     assert top["share"] == pytest.approx(s["gap_s"] / s["step_s"])
@@ -162,9 +162,9 @@ def test_data_parallel_gets_the_ddp_advice(tmp_path):
     out = report(r.stdout)
     assert out["measured"]["data_parallel"] is True
     (dp,) = [f for f in out["findings"] if f["kind"] == "data-parallel"]
-    assert "DistributedDataParallel" in dp["fix"] and "13_data_parallel.ipynb" in dp["fix"]
-    assert dp["notebook"] == "14_ddp.ipynb"
-    for nb in (dp["notebook"], "13_data_parallel.ipynb"):
+    assert "DistributedDataParallel" in dp["fix"] and "15_data_parallel.ipynb" in dp["fix"]
+    assert dp["notebook"] == "16_ddp.ipynb"
+    for nb in (dp["notebook"], "15_data_parallel.ipynb"):
         assert (ROOT / "notebooks" / nb).is_file()
     _no_leftovers()
 

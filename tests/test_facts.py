@@ -119,7 +119,7 @@ WRONG = [
         "add up to exactly those of the whole batch",
         "equal micro-batches, up to rounding, and no batch norm (it sees each micro-batch alone)",
     ),
-    # skeptic reread: 07, 09, 11, 11b, 12
+    # skeptic reread: 08, 10, 11, 13, 14
     (
         "`t.cpu()`, `t.numpy()` - copy a tensor",
         "Tensor.numpy() raises on a GPU tensor; numpy(force=True) copies it to the host first",
@@ -142,7 +142,7 @@ WRONG = [
         "launch cost (several microseconds each)",
         "no source for the number: a per-kernel cost that can dominate short kernels",
     ),
-    # skeptic reread: 00-03, 06
+    # skeptic reread: 00-03, 07
     (
         "smaller products are mostly launch overhead",
         "a 1024x1024 product is not mostly launch overhead on a large GPU; it may not fill it",
@@ -180,7 +180,7 @@ WRONG = [
         "it is usually harmless with micro-batches of 16 or more",
         "one measurement (ResNet-50 on ImageNet, Wu & He 2018): little loss down to 16 per batch",
     ),
-    # skeptic reread: 13, 14, 16, 18, 19
+    # skeptic reread: 15, 16, 18, 19, 20
     (
         "`SyncBatchNorm` all-reduces the batch statistics",
         "it all-gathers each rank's mean, inverse std and count (counts may differ), then combines",
@@ -276,137 +276,137 @@ CORRECTED = [
         "The article's arithmetic",
         "https://towardsdatascience.com/efficient-pytorch-part-1-fe40ed5db76c",
     ),
-    ("05", "CPU (its GPU decoder, nvJPEG, is for JPEG) and augmented on the GPU", DALI),
-    ("05", "decodes these PNGs on the CPU: its GPU decoder is for JPEG", DALI),
-    ("05", "asserts that every output is *a* valid pad-and-crop", None),
-    ("05", "L6 and L7 come from", "https://github.com/tanglang96/DataLoaders_DALI"),
+    ("06", "CPU (its GPU decoder, nvJPEG, is for JPEG) and augmented on the GPU", DALI),
+    ("06", "decodes these PNGs on the CPU: its GPU decoder is for JPEG", DALI),
+    ("06", "asserts that every output is *a* valid pad-and-crop", None),
+    ("06", "L6 and L7 come from", "https://github.com/tanglang96/DataLoaders_DALI"),
     (
-        "06",
+        "07",
         "A token-level loss with padding or `ignore_index` averages over a different number",
         f"{PT}/generated/torch.nn.CrossEntropyLoss.html",
     ),
-    ("06", "The article's loop (William Falcon's", None),
+    ("07", "The article's loop (William Falcon's", None),
     (
-        "07",
+        "08",
         "flags many of them (an experimental switch: not every synchronising call warns",
         f"{PT}/generated/torch.cuda.set_sync_debug_mode.html",
     ),
     (
-        "07",
+        "08",
         "points at many of the lines that sync, not all",
         f"{PT}/generated/torch.cuda.set_sync_debug_mode.html",
     ),
     (
-        "08",
+        "09",
         "it may reduce fragmentation in some cases",
         f"{PT}/generated/torch.cuda.empty_cache.html",
     ),
     (
-        "08",
+        "09",
         "releases only cached blocks that hold no tensor",
         f"{PT}/notes/cuda.html#memory-management",
     ),
     (
-        "08",
+        "09",
         "the copy overlaps compute only on a second stream",
         f"{PT}/notes/cuda.html#cuda-streams",
     ),
-    ("08", "so a per-step loop has no use for it", f"{PT}/generated/torch.cuda.empty_cache.html"),
-    ("10", "Every variant below uses the *same* optimizer (plain SGD, nothing fused)", None),
-    ("11b", "no CPU-GPU synchronisation inside", f"{PT}/notes/cuda.html#constraints"),
+    ("09", "so a per-step loop has no use for it", f"{PT}/generated/torch.cuda.empty_cache.html"),
+    ("12", "Every variant below uses the *same* optimizer (plain SGD, nothing fused)", None),
+    ("13", "no CPU-GPU synchronisation inside", f"{PT}/notes/cuda.html#constraints"),
     (
-        "11b",
+        "13",
         "private memory pool kept for the graph's replays",
         f"{PT}/notes/cuda.html#graph-memory-management",
     ),
     (
-        "16",
+        "18",
         "by default 10 minutes with NCCL and 30 with gloo",
         f"{PT}/distributed.html#torch.distributed.init_process_group",
     ),
-    ("16", "two while prefetching overlaps the next all-gather", f"{PT}/notes/fsdp.html"),
+    ("18", "two while prefetching overlaps the next all-gather", f"{PT}/notes/fsdp.html"),
     (
-        "16",
+        "18",
         "and the root's, kept after forward by default",
         f"{PT}/distributed.fsdp.fully_shard.html",
     ),
-    ("18", "reports 12.2 s per epoch on an unnamed GPU", D2L),
-    ("18", "over its first `num_gpus` GPUs", D2L),
+    ("19", "reports 12.2 s per epoch on an unnamed GPU", D2L),
+    ("19", "over its first `num_gpus` GPUs", D2L),
     (
-        "05",
+        "06",
         "applies the same transformation to every image of the batch",
         "https://docs.pytorch.org/vision/stable/transforms.html",
     ),
     (
-        "08",
+        "09",
         "with two or more, the model must already be on `device_ids[0]`",
         f"{PT}/generated/torch.nn.DataParallel.html",
     ),
     (
-        "08",
+        "09",
         "moves the module to device_ids[0] only when it has one device",
         f"{PT}/generated/torch.nn.DataParallel.html",
     ),
     (
-        "04",
+        "05",
         "Once torch is imported, setting it changes nothing in that process",
         f"{PT}/notes/cpu_threading_torchscript_inference.html",
     ),
     (
-        "04",
+        "05",
         "is read once, when `import torch` loads OpenMP",
         f"{PT}/notes/cpu_threading_torchscript_inference.html",
     ),
-    ("10", "but the suite does not detect them", f"{PT}/amp.html#cpu-op-specific-behavior"),
+    ("12", "but the suite does not detect them", f"{PT}/amp.html#cpu-op-specific-behavior"),
     (
-        "10",
+        "12",
         "fp16 gradients round to zero below about 3e-8: half fp16's smallest subnormal",
         f"{PT}/amp.html#gradient-scaling",
     ),
     (
-        "15",
+        "17",
         "the slower stage is busy more, the faster one less",
         f"{PT}/distributed.pipelining.html",
     ),
     (
-        "15",
+        "17",
         "2 sequential stages: one works at a time, so on average they are busy at most",
         f"{PT}/distributed.pipelining.html",
     ),
     (
-        "15",
+        "17",
         "the slower stage is busy more of it, the faster one less",
         "https://arxiv.org/abs/1811.06965",
     ),
-    ("17", "busy time counts memory-bound kernels too", f"{PT}/profiler.html"),
+    ("04", "busy time counts memory-bound kernels too", f"{PT}/profiler.html"),
     (
-        "17",
+        "04",
         "device-bound, the device (not the host) is the limit",
         f"{PT}/profiler.html",
     ),
     (
-        "10",
+        "12",
         "It is fast only with hardware support",
         "https://docs.nvidia.com/cuda/ampere-tuning-guide/index.html",
     ),
     (
-        "15",
+        "17",
         "batch norm normalises each micro-batch alone",
         "https://arxiv.org/abs/1811.06965",
     ),
     (
-        "15",
+        "17",
         "can be slower or many times faster than one memory copy on this machine",
         "https://www.nvidia.com/en-us/data-center/nvlink/",
     ),
-    # skeptic reread: 07, 09, 11, 11b, 12
+    # skeptic reread: 08, 10, 11, 13, 14
     (
-        "07",
+        "08",
         "`t.numpy(force=True)` - copy a tensor to the host",
         f"{PT}/generated/torch.Tensor.numpy.html",
     ),
     (
-        "09",
+        "10",
         "only switches modules with an evaluation behaviour, such as dropout and batch norm",
         f"{PT}/generated/torch.nn.Module.html#torch.nn.Module.eval",
     ),
@@ -421,16 +421,16 @@ CORRECTED = [
         "https://github.com/pytorch/pytorch/blob/v2.14.0/aten/src/ATen/native/ConvUtils.h",
     ),
     (
-        "11b",
+        "13",
         "which serves every later size but 0 and 1",
         f"{PT}/user_guide/torch_compiler/compile/dynamic_shapes_zero_one_specialization.html",
     ),
     (
-        "11b",
+        "13",
         "which can dominate small models and small batches",
         "https://docs.nvidia.com/cuda/cuda-programming-guide/04-special-topics/cuda-graphs.html",
     ),
-    # skeptic reread: 00-03, 06
+    # skeptic reread: 00-03, 07
     (
         "00",
         "smaller products may not fill the GPU",
@@ -461,61 +461,61 @@ CORRECTED = [
         "when their iterator finishes its pass or is garbage-collected",
         "https://github.com/pytorch/pytorch/blob/v2.14.0/torch/utils/data/dataloader.py",
     ),
-    ("06", "batch 8 peaked at 66 MiB on an H100", None),
+    ("07", "batch 8 peaked at 66 MiB on an H100", None),
     (
-        "06",
+        "07",
         "only an allocation the OS refuses outright raises",
         "https://docs.kernel.org/mm/overcommit-accounting.html",
     ),
-    ("06", "divides most of that scale away", f"{PT}/generated/torch.optim.Adam.html"),
+    ("07", "divides most of that scale away", f"{PT}/generated/torch.optim.Adam.html"),
     (
-        "06",
+        "07",
         "batch norm lost little down to 16 images per batch",
         "https://arxiv.org/abs/1803.08494",
     ),
-    # skeptic reread: 13, 14, 16, 18, 19
+    # skeptic reread: 15, 16, 18, 19, 20
     (
-        "14",
+        "16",
         "all-gathers every rank's batch statistics",
         "https://github.com/pytorch/pytorch/blob/main/torch/nn/modules/_functions.py",
     ),
     (
-        "14",
+        "16",
         "not for the CPU or an Apple GPU",
         "https://github.com/pytorch/pytorch/blob/main/torch/nn/modules/batchnorm.py",
     ),
     (
-        "14",
+        "16",
         "for a loss averaged over the batch",
         f"{PT}/generated/torch.nn.parallel.DistributedDataParallel.html",
     ),
     (
-        "14",
+        "16",
         "so it holds for this machine only",
         f"{PT}/generated/torch.nn.parallel.DistributedDataParallel.html",
     ),
     (
-        "16",
+        "18",
         "gloo's ranks fail as soon as its connections close",
         "https://github.com/pytorch/gloo/blob/main/gloo/transport/tcp/pair.cc",
     ),
     (
-        "16",
+        "18",
         "Left alone, gloo's survivors fail once the dead",
         "https://github.com/pytorch/gloo/blob/main/gloo/transport/tcp/pair.cc",
     ),
     (
-        "16",
+        "18",
         "DDP's all-reduce of its gradient buckets",
         f"{PT}/generated/torch.nn.parallel.DistributedDataParallel.html",
     ),
     (
-        "16",
+        "18",
         "less than 8 times: the activations and the gathered layers",
         f"{PT}/distributed.fsdp.fully_shard.html",
     ),
     (
-        "19",
+        "20",
         "`print` runs its ops with dispatch modes switched off",
         "https://github.com/pytorch/pytorch/blob/main/torch/_tensor_str.py",
     ),

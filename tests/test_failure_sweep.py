@@ -949,7 +949,7 @@ CASES = [
         r"'01_x.ipynb' lists unknown claim\(s\) \['L0'\]",
         [{"file": "01_x.ipynb", "claims": ["L0"]}],
     ),
-    # --- pipelines (notebooks 03-05) --------------------------------------------------------
+    # --- pipelines (notebooks 03-06) --------------------------------------------------------
     case(
         pipelines.prepare_image_folder,
         ValueError,
@@ -1040,7 +1040,7 @@ CASES = [
         interval=0,
     ),
     case(models.small_cnn, ValueError, r"small_cnn: width must be an int >= 1, got 0", width=0),
-    # --- training, memory, launch (notebooks 06-18) --------------------------------------------
+    # --- training, memory, launch (notebooks 07-19) --------------------------------------------
     case(
         training.train,
         ValueError,

@@ -1,4 +1,4 @@
-"""The Lightning and accelerate cell of notebooks 06-10, run with both packages importable.
+"""The Lightning and accelerate cell of notebooks 07-12, run with both packages importable.
 
 Neither package is in the pins (the suite teaches plain PyTorch; one cell per notebook shows the
 same technique in both, and says "skipped" for one that is not installed). A GPU image often has
@@ -37,10 +37,10 @@ PACKAGES = [
     "safetensors",
 ]
 NOTEBOOKS = [
-    "06_batch_size_and_accumulation",
-    "07_item_hygiene",
-    "08_device_placement",
-    "10_mixed_precision",
+    "07_batch_size_and_accumulation",
+    "08_item_hygiene",
+    "09_device_placement",
+    "12_mixed_precision",
 ]
 
 

@@ -61,7 +61,7 @@ def start_seconds(file: str, gpu: str) -> float:
 STEP_SECONDS = {
     # ResNet-18 at width 64, batch 256 of 32x32 images, plain fp32 SGD step
     "training steps per epoch": {"t4": 0.15, "h100": 0.020},
-    # notebook 07's sync loop: a 3-layer MLP 2048 wide, batch 512, fp32 SGD: 26 GFLOP a step; a T4
+    # notebook 08's sync loop: a 3-layer MLP 2048 wide, batch 512, fp32 SGD: 26 GFLOP a step; a T4
     # sustains ~4.5 TFLOP/s of fp32 matmul (8 peak), an H100 ~35 (50-67 peak, not tensor cores)
     "steps per sync loop": {"t4": 0.006, "h100": 0.0008},
     # notebook 01's big MLP: width 2048, batch 4096, three layers: 0.21 TFLOP a step, fp32
@@ -69,15 +69,15 @@ STEP_SECONDS = {
     # notebook 02's L3 copy: 2**15 images of 28x28 float32 (103 MB) from pinned memory; a T4
     # copies ~12 GB/s host-to-device (PCIe 3 x16), an H100 ~25 GB/s (PCIe 5: ~50 at best)
     "host-to-device copies per timed run": {"t4": 0.009, "h100": 0.004},
-    # notebook 05's small CNN (width 32), batch 256 of 32x32: 15 GFLOP a step, some 40 kernels
+    # notebook 06's small CNN (width 32), batch 256 of 32x32: 15 GFLOP a step, some 40 kernels
     "small-CNN steps per pipeline in the epoch-time check": {"t4": 0.005, "h100": 0.0015},
-    # notebook 09's MLP (width 1024, 4 blocks), batch 1024, fp32 SGD: 52 GFLOP a step
+    # notebook 10's MLP (width 1024, 4 blocks), batch 1024, fp32 SGD: 52 GFLOP a step
     "MLP steps per timed run (checkpointing)": {"t4": 0.012, "h100": 0.0015},
-    # notebook 18's reference step: d2l's ResNet-18 at width 64, batch 256 of 28x28 one-channel
+    # notebook 19's reference step: d2l's ResNet-18 at width 64, batch 256 of 28x28 one-channel
     # images, fp32 SGD (2.73 GFLOP an image, 0.77x the step above); the committed H100 run took
     # 12.9 ms a step with the data on the device (3.019 s for 234 batches, bench_capstone.md)
     "batches per timed epoch": {"t4": 0.12, "h100": 0.015},
-    # notebook 08: a CPU's full-batch step of a 64-wide MLP on 50,600 rows (2 vCPUs; a 16-core box)
+    # notebook 09: a CPU's full-batch step of a 64-wide MLP on 50,600 rows (2 vCPUs; a 16-core box)
     "full-batch regression steps per timed run": {"t4": 0.02, "h100": 0.005},
 }
 # Stated one-off costs outside the timed loops (compiling, building data, starting workers)
@@ -85,10 +85,10 @@ ONE_OFF = {
     # torch.compile of the six-op elementwise chain: Inductor's imports and one Triton kernel
     "01_why_is_it_slow.ipynb": {"t4": 20.0, "h100": 8.0},
     # torch.compile of the ResNet, then again with CUDA graphs (reusing the first's kernels)
-    "11b_compiler_and_cuda_graphs.ipynb": {"t4": 60.0, "h100": 25.0},
+    "13_compiler_and_cuda_graphs.ipynb": {"t4": 60.0, "h100": 25.0},
     # the same two compiles in its bars (its 16-bit, channels_last step), and its two accuracy
     # runs' compiles of the fast recipe, which find the bars' kernels in Inductor's caches
-    "18_capstone.ipynb": {"t4": 75.0, "h100": 30.0},
+    "19_capstone.ipynb": {"t4": 75.0, "h100": 30.0},
 }
 SIZING_CALLS = ("profile.steps(", "profile.pick(")
 
@@ -223,9 +223,9 @@ TIMED_CALLS = ("timing.benchmark", "timing.Timer", "diagnose.DataWaitMeter", "ti
 NOT_SIZED_YET = {
     "03_dataloader_workers.ipynb": "its worker sweep reads PNG files on the CPU at the smoke "
     "profile's 1024 images; how many a GPU machine's cores need is a measurement of its own",
-    "11b_compiler_and_cuda_graphs.ipynb": "the CUDA-graph replay times a tiny model on purpose "
+    "13_compiler_and_cuda_graphs.ipynb": "the CUDA-graph replay times a tiny model on purpose "
     "(launch-bound, batch 32 x 64 features), its sizes literals in the cell, not parameters",
-    "16_many_machines_and_sharding.ipynb": "its one clock times a deliberately failing launch "
+    "18_many_machines_and_sharding.ipynb": "its one clock times a deliberately failing launch "
     "of two CPU processes: a deadline (every rank gone), not a comparison with a size",
 }
 
@@ -387,7 +387,7 @@ def test_an_unsized_timed_cell_is_found():
     assert unsized_timed_cells([code(params), code(timed, ["solution"])]) == []
     # planted in a real notebook: work timed at a size without a GPU value (STEPS), then at one
     # that comes from profile.steps (SYNC_STEPS)
-    cells = json.loads((NOTEBOOKS / "07_item_hygiene.ipynb").read_text())["cells"]
+    cells = json.loads((NOTEBOOKS / "08_item_hygiene.ipynb").read_text())["cells"]
     assert unsized_timed_cells(cells) == []
     planted = "t = timing.benchmark(lambda: torch.randn({0}, {0}).sum(), repeats=3)\n"
     found = unsized_timed_cells([*cells, code(planted.format("STEPS"))])

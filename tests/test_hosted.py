@@ -230,7 +230,7 @@ def hosted_python(tmp_path_factory) -> Path:
 @pytest.mark.xdist_group("hosted")  # one worker builds the fresh environment, once
 @pytest.mark.timeout(1200)  # a hang guard: a lost kernel reply must fail the test, not stall CI
 @pytest.mark.parametrize(
-    "name", ["00_your_machine_and_timing", "06_batch_size_and_accumulation", "18_capstone"]
+    "name", ["00_your_machine_and_timing", "07_batch_size_and_accumulation", "19_capstone"]
 )
 def test_notebook_runs_from_an_empty_folder_with_only_the_setup_cell(hosted_python, tmp_path, name):
     work = tmp_path / "content"  # Colab's working directory, empty but for the notebook

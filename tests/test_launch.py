@@ -72,7 +72,7 @@ def test_ranks_get_torchruns_variables_and_their_output_is_filed_by_rank(tmp_pat
 
 
 def test_results_are_read_once(tmp_path):
-    """A notebook reads `results` in loops (16's sharding run writes MBs of weights per rank):
+    """A notebook reads `results` in loops (18's sharding run writes MBs of weights per rank):
     the files are parsed once, not at every access."""
     (tmp_path / "rank0.json").write_text('{"rank": 0, "loss": 1.0}')
     r = launch.RunResult(nprocs=1, seconds=0.0, folder=tmp_path, outputs={0: []})
@@ -149,8 +149,8 @@ def test_run_folders_are_new_and_old_ones_pruned(monkeypatch, tmp_path):
     for i in range(launch.KEEP_RUNS + 5):
         (runs / f"run{i:02d}").mkdir(parents=True)
         os.utime(runs / f"run{i:02d}", (1000 + i, 1000 + i))
-    a, b = launch.run_folder("14_ddp"), launch.run_folder("14_ddp")
-    assert a != b and a.name.startswith("14_ddp_") and a.is_dir()
+    a, b = launch.run_folder("16_ddp"), launch.run_folder("16_ddp")
+    assert a != b and a.name.startswith("16_ddp_") and a.is_dir()
     left = sorted(p.name for p in runs.iterdir() if p.name.startswith("run"))
     assert len(left) == launch.KEEP_RUNS - 2 and left[0] == "run07"
 

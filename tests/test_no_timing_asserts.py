@@ -421,7 +421,7 @@ NOT_A_SPEED = {
     ("00_your_machine_and_timing.ipynb", "m.min <= m.median <= max(m.times)"): (
         "the order of one sample's statistics: true however slow each reading was"
     ),
-    ("16_many_machines_and_sharding.ipynb", "failure.stop_seconds < 30"): (
+    ("18_many_machines_and_sharding.ipynb", "failure.stop_seconds < 30"): (
         "a hang guard (house rule: nothing hangs): the survivors would otherwise wait out the "
         "collective's 120 s timeout"
     ),

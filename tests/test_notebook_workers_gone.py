@@ -1,4 +1,4 @@
-"""No DataLoader worker process outlives notebooks 03 and 05.
+"""No DataLoader worker process outlives notebooks 03 and 06.
 
 Each of those notebooks ends with a cell that asserts, inside its own kernel, that
 `pipelines.live_workers()` is empty; nbval runs that cell in `make test`. Here we check that
@@ -30,7 +30,7 @@ def test_live_workers_sees_persistent_workers_and_their_end(tmp_path):
     assert pipelines.live_workers() == []
 
 
-@pytest.mark.parametrize("name", ["03_dataloader_workers.ipynb", "05_gpu_data_pipelines.ipynb"])
+@pytest.mark.parametrize("name", ["03_dataloader_workers.ipynb", "06_gpu_data_pipelines.ipynb"])
 def test_notebook_ends_by_asserting_no_worker_is_left(name):
     code = [c.source for c in nb_cells(name) if c.cell_type == "code"]
     checks = [

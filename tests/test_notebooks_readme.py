@@ -93,5 +93,11 @@ def test_session_plans_name_only_units_that_exist():
 def test_old_numbers_map_to_new_ones():
     """Instructors' notes that use the numbering before the course was renumbered still work."""
     table = README.split("### The numbering changed", 1)[1].split("\n## ", 1)[0]
-    old = set(re.findall(r"^\| (\d\d) |\| \| (\d\d) ", table, flags=re.M))
-    assert {o for pair in old for o in pair if o} == {f"{i:02d}" for i in range(14)}
+    rows = re.findall(r"^\| (\d\d[a-z]?) \| (\d\d) \| ([^|]+) \|$", table, flags=re.M)
+    assert rows, "no old -> new rows"
+    olds = [o for o, _, _ in rows]
+    assert len(set(olds)) == len(olds), "an old number listed twice"
+    files = {p.name[:2]: p.stem for p in catalog.README.parent.glob("[0-9][0-9]_*.ipynb")}
+    for o, n, unit in rows:
+        assert n in files and files[n].endswith(unit.strip().replace(" ", "_")), (o, n, unit)
+        assert o != n, f"{o} did not change: not a row of this table"

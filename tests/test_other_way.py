@@ -93,7 +93,7 @@ DRIVEN_HERE: dict[str, dict[str, str]] = {
     ),
     "L4": dict.fromkeys(
         claims.RULES["L4"].verdicts,
-        "test_other_way_02_06: test_l4_each_way_with_a_slow_disk_a_slow_decode_and_a_slow_loader",
+        "test_other_way_02_07: test_l4_each_way_with_a_slow_disk_a_slow_decode_and_a_slow_loader",
     ),
     "L5": dict.fromkeys(
         claims.RULES["L5"].verdicts,
@@ -101,16 +101,16 @@ DRIVEN_HERE: dict[str, dict[str, str]] = {
     ),
     "L17": dict.fromkeys(
         claims.RULES["L17"].verdicts,
-        "test_other_way_15_18: test_l17_holds_with_wide_free_stages_and_not_with_sleeping_ones",
+        "test_other_way_17_19: test_l17_holds_with_wide_free_stages_and_not_with_sleeping_ones",
     ),
     "L18": dict.fromkeys(
         ("holds (learning-rate part)", claims.NOT_HERE),
-        "test_other_way_02_06: "
+        "test_other_way_02_07: "
         "test_l18_lr_half_holds_at_06s_sizes_and_not_in_a_one_step_or_overshooting_run",
     ),
     "L22": dict.fromkeys(
         claims.RULES["L22"].verdicts[1:],
-        "test_other_way_15_18: test_l22_reaches_each_outcome_against_planted_reference_runs",
+        "test_other_way_17_19: test_l22_reaches_each_outcome_against_planted_reference_runs",
     ),
 }
 _GPU = "needs a CUDA GPU: the quantity judged is timed on one (a CPU run prints 'needs a GPU')"

@@ -1,5 +1,5 @@
 """fp32 precision on every GPU generation: `devices.fp32_precision` (PyTorch's per-operation
-`fp32_precision` settings, process flags that a CPU machine holds too), notebook 10's true-fp32
+`fp32_precision` settings, process flags that a CPU machine holds too), notebook 12's true-fp32
 baseline, and the capstone's 16-bit choice over the table of GPUs in `test_capabilities`."""
 
 import types
@@ -87,7 +87,7 @@ def test_notebook_10_times_fp32_as_true_fp32_on_an_ampere_gpu(flags, monkeypatch
     net(X)
     ns = {"torch": torch, "copy": __import__("copy"), "devices": devices, "timing": timing}
     ns |= {"base_net": net, "batches": [(X, y)], "device": torch.device("cpu"), "TIMED_EPOCHS": 1}
-    exec(code_cell("10_mixed_precision.ipynb", "def run(name, data=None):"), ns)
+    exec(code_cell("12_mixed_precision.ipynb", "def run(name, data=None):"), ns)
     ns["STEPS_BY_NAME"] = {"fp32": lambda net, opt, X, y: torch.tensor(1.0)}
     ns["run"]("fp32")
     assert timing.seen["fp32"] == ("ieee", "ieee")
@@ -99,7 +99,7 @@ def test_notebook_10_times_fp32_as_true_fp32_on_an_ampere_gpu(flags, monkeypatch
         "BF16": True,
         "record": types.SimpleNamespace(measure=lambda *a, **k: None),
     }
-    exec(code_cell("10_mixed_precision.ipynb", "def block_step(dtype=None):"), ns)
+    exec(code_cell("12_mixed_precision.ipynb", "def block_step(dtype=None):"), ns)
     assert timing.seen["conv block fp32"] == ("ieee", "ieee") and _now() == ("tf32", "tf32")
 
 

@@ -104,21 +104,21 @@ def test_a_planted_wrong_line_fails():
     def line(text):
         return f"# t\n\n{MARK} {text} **Hardware:** 12 GB."
 
-    good = line("notebooks 00 (Your machine), 07 (`.item()` hygiene and hidden synchronisations).")
+    good = line("notebooks 00 (Your machine), 08 (`.item()` hygiene and hidden synchronisations).")
     assert problems(good, "09") == []
     # the old numbering: "01 (data)" once meant data loading
     assert problems(line("notebook 01 (data)."), "06") == [
         "01 (data) is not titled as in catalog.toml: "
         "'Why is it slow? Compute-, memory- or overhead-bound' or 'Why is it slow?'"
     ]
-    assert problems(line("notebooks 03-11 and 17."), "18") == [
+    assert problems(line("notebooks 03-11 and 04."), "18") == [
         "03 is named without its title in parentheses",
         "11 is named without its title in parentheses",
-        "17 is named without its title in parentheses",
+        "04 is named without its title in parentheses",
     ]
-    assert problems(line("notebook 14 (DistributedDataParallel on one machine)."), "12") == [
-        "14 does not come before 12 in catalog.toml"
+    assert problems(line("notebook 16 (DistributedDataParallel on one machine)."), "12") == [
+        "16 does not come before 12 in catalog.toml"
     ]
-    assert problems(line("notebook 12 (Attention and variable-length sequences)."), "12") != []
+    assert problems(line("notebook 14 (Attention and variable-length sequences)."), "12") != []
     assert problems(line("notebook 42 (Everything)."), "19") == ["42 is not a unit in catalog.toml"]
-    assert problems(line("notebook 11b (`torch.compile`)."), "12") != []
+    assert problems(line("notebook 13 (`torch.compile`)."), "12") != []

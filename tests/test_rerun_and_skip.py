@@ -287,7 +287,7 @@ def test_explore_first_runs_as_it_says(path):
 
 @pytest.mark.timeout(600)
 def test_interrupted_training_cell_runs_again():
-    """Stop notebook 06's learning-rate training mid-run (the kernel's interrupt, as the
+    """Stop notebook 07's learning-rate training mid-run (the kernel's interrupt, as the
     toolbar's stop button does), then run the same cell again: it completes, threads restored."""
     path = next(p for p in NOTEBOOKS if p.name.startswith("06_"))
     nb = ns.read(path)

@@ -90,14 +90,14 @@ def test_report_shows_every_notebooks_verdict_and_flags_disagreement(tmp_path):
     ]
     assert ledger["L4"]["disagree"] and not ledger["L7"]["disagree"]
     # a claim meant for two notebooks, recorded by neither: both listed, without a verdict
-    assert [e["notebook"] for e in ledger["L18"]["entries"]] == ["notebook 06", "notebook 14"]
+    assert [e["notebook"] for e in ledger["L18"]["entries"]] == ["notebook 07", "notebook 16"]
     assert ledger["L18"]["entries"][0]["verdict"] == "no verdict recorded"
     assert rep["counts"]["holds"] == 1 and rep["counts"]["does not hold here"] == 1
     assert rep["counts"]["needs the real data set"] == 1
     assert (
         ">= 1.2x the samples/s" in ledger["L4"]["rule"]
     )  # the rule's threshold travels with the verdict
-    assert ledger["L18"]["notebooks"] == ["06", "14"]  # from the catalog, the one source
+    assert ledger["L18"]["notebooks"] == ["07", "16"]  # from the catalog, the one source
     assert ledger["L9"]["kind"] == "mechanism" and rep["counts"]["mechanism shown"] == 1
 
 

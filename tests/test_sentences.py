@@ -14,12 +14,12 @@ URL = re.compile(r"https?://\S+")
 # (file, wrong phrase, a phrase of its correction); whitespace is normalised before matching
 ITEMS = {
     "06-two-activations-per-block": (
-        "notebooks/06_batch_size_and_accumulation.ipynb",
+        "notebooks/07_batch_size_and_accumulation.ipynb",
         "keeps three activations per block",
         "keeps two activations per block",
     ),
     "10-fp16-reason-notebook": (
-        "notebooks/10_mixed_precision.ipynb",
+        "notebooks/12_mixed_precision.ipynb",
         "is a CUDA-GPU technique",
         'torch.amp.GradScaler("cpu")',
     ),
@@ -44,7 +44,7 @@ ITEMS = {
         "device-bound, the device (not the host) is the",
     ),
     "04-grain-size-chunks": (
-        "notebooks/04_cpu_threads.ipynb",
+        "notebooks/05_cpu_threads.ipynb",
         "is cut into one chunk per thread",
         "min(threads, ⌈elements / 32,768⌉)",
     ),
@@ -56,25 +56,25 @@ ITEMS = {
     "01-tf32-in-notebook-11": (
         "notebooks/01_why_is_it_slow.ipynb",
         "on the same hardware: TF32, bf16, fp16 | 10 |",
-        "(11) | 10, 11 |",
+        "(11) | 11, 12 |",
     ),
     "11-compute-capability": (
-        "notebooks/11b_compiler_and_cuda_graphs.ipynb",
+        "notebooks/13_compiler_and_cuda_graphs.ipynb",
         "CUDA 7.0+",
         "compute capability 7.0+",
     ),
     "10-fp16-subnormals": (
-        "notebooks/10_mixed_precision.ipynb",
+        "notebooks/12_mixed_precision.ipynb",
         "smallest normal number is about 6e-5, so small gradients round to zero",
         "half the smallest subnormal",
     ),
     "11-recompile-limit": (
-        "notebooks/11b_compiler_and_cuda_graphs.ipynb",
+        "notebooks/13_compiler_and_cuda_graphs.ipynb",
         "recompiles for every new shape, `dynamic=True`",
         "torch._dynamo.config.recompile_limit",
     ),
     "17-xpu-profiler-notebook": (
-        "notebooks/17_profiling.ipynb",
+        "notebooks/04_profiling.ipynb",
         "on Apple's MPS and Intel's XPU, `torch.profiler` here records the CPU side only",
         "no MPS member",
     ),
@@ -84,7 +84,7 @@ ITEMS = {
         "ProfilerActivity.XPU",
     ),
     "08-mps-still-copies": (
-        "notebooks/08_device_placement.ipynb",
+        "notebooks/09_device_placement.ipynb",
         "nothing to pin and no copy to",
         "still copies into a Metal buffer",
     ),
@@ -95,7 +95,7 @@ ITEMS = {
     ),
     "models-v100-pcie": ("helpers/models.py", '(r"V100", {', 'r"V100-PCIE"'),
     "07-non-blocking-syncs": (
-        "notebooks/07_item_hygiene.ipynb",
+        "notebooks/08_item_hygiene.ipynb",
         "already syncs (a `DataLoader` without pinned memory",
         "`non_blocking=False`",
     ),

@@ -1,4 +1,4 @@
-"""The Slurm script shown in notebook 16 is a valid bash script that runs notebook 14's DDP
+"""The Slurm script shown in notebook 18 is a valid bash script that runs notebook 16's DDP
 script."""
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ def test_slurm_script_launches_torchrun_with_a_c10d_rendezvous():
 
 
 def test_the_arguments_it_passes_are_the_scripts_own(tmp_path):
-    """The arguments after "$SCRIPT" parse with notebook 14's script's own argument parser."""
+    """The arguments after "$SCRIPT" parse with notebook 16's script's own argument parser."""
     text = SCRIPT.read_text()
     assert 'SCRIPT=$(realpath "${1:?' in text
     args = text.split('"$SCRIPT"', 1)[1].split()
-    script = write_script("14_ddp.ipynb", "TRAIN_PY", tmp_path / "train_ddp.py").read_text()
+    script = write_script("16_ddp.ipynb", "TRAIN_PY", tmp_path / "train_ddp.py").read_text()
     parser = script[: script.index("a = p.parse_args()")] + "a = p.parse_args(ARGS)\n"
     scope = {"ARGS": args}
     exec(compile(parser, "train_ddp.py", "exec"), scope)  # imports and the parser, no training

@@ -70,7 +70,7 @@ AMP = {
     ],
 }
 
-# A citation: [07 · §2 Hidden synchronisations](07_item_hygiene.ipynb); "§ Exercises" when the
+# A citation: [08 · §2 Hidden synchronisations](08_item_hygiene.ipynb); "§ Exercises" when the
 # heading has no number.
 LINK = re.compile(r"\[([^\]]+)\]\(([^)\s]+\.ipynb)\)")
 CITED = re.compile(r"(\d\d[a-z]?) · §(\d*) (.+)")
@@ -131,14 +131,14 @@ def test_each_link_cites_a_section_its_notebook_has(text, target):
 @pytest.mark.parametrize(
     "text,target,real",
     [
-        ("07 · §2 Hidden synchronisations", "07_item_hygiene.ipynb", True),
-        ("10 · § Exercises", "10_mixed_precision.ipynb", True),
-        ("07 · §2 Hidden synchronizations", "07_item_hygiene.ipynb", False),  # not its spelling
-        ("07 · §3 Hidden synchronisations", "07_item_hygiene.ipynb", False),  # another number
-        ("08 · §2 Hidden synchronisations", "08_device_placement.ipynb", False),  # not there
-        ("07 · §2 Hidden synchronisations", "08_device_placement.ipynb", False),  # 07 is not 08
+        ("08 · §2 Hidden synchronisations", "08_item_hygiene.ipynb", True),
+        ("12 · § Exercises", "12_mixed_precision.ipynb", True),
+        ("08 · §2 Hidden synchronizations", "08_item_hygiene.ipynb", False),  # not its spelling
+        ("08 · §3 Hidden synchronisations", "08_item_hygiene.ipynb", False),  # another number
+        ("09 · §2 Hidden synchronisations", "09_device_placement.ipynb", False),  # not there
+        ("08 · §2 Hidden synchronisations", "09_device_placement.ipynb", False),  # 08 is not 09
         ("77 · §2 Hidden synchronisations", "77_item_hygiene.ipynb", False),  # no such notebook
-        ("07 §2 Hidden synchronisations", "07_item_hygiene.ipynb", False),  # not the format
+        ("07 §2 Hidden synchronisations", "08_item_hygiene.ipynb", False),  # not the format
     ],
 )
 def test_the_check_rejects_a_citation_that_is_wrong(text, target, real):

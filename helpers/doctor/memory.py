@@ -25,7 +25,7 @@ from .counting import sync_site
 # tells a steady growth from a step-to-step wobble (the slope's error shrinks as n^-1.5).
 MEMORY_STEPS = 8
 # The growth worth a finding, in bytes per step. Keeping each step's loss on the device to read
-# it every k steps (notebook 07's advice) keeps a 4-byte tensor a step (512 bytes in CUDA's
+# it every k steps (notebook 08's advice) keeps a 4-byte tensor a step (512 bytes in CUDA's
 # allocator, which rounds to 512-byte blocks); predictions kept for an epoch's metric a few KiB.
 # Those are by design and far below. At 64 KiB a step, 16,384 steps (a few epochs) keep 1 GiB.
 GROWTH_FLOOR = 64 * 2**10

@@ -31,7 +31,7 @@ SCHEMA_FILE = Path(__file__).with_name("report.schema.json")
 # The TensorBoard advisor's (helpers.diagnose): "peak memory > 90 %" -> smaller batch, activation
 # checkpointing. A finding beside the verdict, not a verdict.
 MEMORY_PEAK_SHARE = 0.90
-# One read per step is what notebook 07 teaches to avoid (log every k steps instead).
+# One read per step is what notebook 08 teaches to avoid (log every k steps instead).
 SYNCS_PER_STEP = 1.0
 # Copies between host and device (CUDA, from the profiler's events: copies.py): copy-bound when
 # the step spends at least this share copying with nothing computing beside it, or with the host
@@ -45,28 +45,28 @@ UPLOAD = "host->device"
 NOTEBOOKS = {
     "input-bound": "03_dataloader_workers.ipynb",
     "workers-cannot-import": "03_dataloader_workers.ipynb",
-    "sync-bound": "07_item_hygiene.ipynb",
-    "copy-bound": "08_device_placement.ipynb",
-    "overhead-bound": "06_batch_size_and_accumulation.ipynb",
-    "oversubscribed-threads": "04_cpu_threads.ipynb",
-    "memory-tight": "09_training_memory.ipynb",
-    "device-bound": "17_profiling.ipynb",  # the kernel view: which kernels take the time
-    "device-bound, near its ceiling": "10_mixed_precision.ipynb",
-    "device-bound, below its ceiling": "11b_compiler_and_cuda_graphs.ipynb",
+    "sync-bound": "08_item_hygiene.ipynb",
+    "copy-bound": "09_device_placement.ipynb",
+    "overhead-bound": "07_batch_size_and_accumulation.ipynb",
+    "oversubscribed-threads": "05_cpu_threads.ipynb",
+    "memory-tight": "10_training_memory.ipynb",
+    "device-bound": "04_profiling.ipynb",  # the kernel view: which kernels take the time
+    "device-bound, near its ceiling": "12_mixed_precision.ipynb",
+    "device-bound, below its ceiling": "13_compiler_and_cuda_graphs.ipynb",
     "no-tensor-cores": "11_fp32_fast_paths.ipynb",  # TF32: one line; bf16 autocast is 10
-    "memory-growth": "09_training_memory.ipynb",
-    "straggler": "14_ddp.ipynb",  # the slowest rank sets DDP's pace
-    "data-parallel": "14_ddp.ipynb",  # DDP instead; 13 measures what DataParallel costs
+    "memory-growth": "10_training_memory.ipynb",
+    "straggler": "16_ddp.ipynb",  # the slowest rank sets DDP's pace
+    "data-parallel": "16_ddp.ipynb",  # DDP instead; 13 measures what DataParallel costs
 }
 # A busy device: nothing to fix in the loop; what is left, by how near its ceiling it runs.
 DEVICE_FIXES = {
-    "device-bound": "nothing in the loop: the operator table (notebook 17) says which kernels "
+    "device-bound": "nothing in the loop: the operator table (notebook 04) says which kernels "
     "take the time, and whether arithmetic or memory limits them",
     "device-bound, near its ceiling": "nothing in the loop: a faster format (bf16/fp16 autocast, "
     "TF32) or a faster device",
     "device-bound, below its ceiling": "more arithmetic per kernel and fewer bytes moved: a "
-    "larger batch or width (notebook 06), bf16/fp16 autocast and channels_last (10, 11), "
-    "fusion by torch.compile (11b)",
+    "larger batch or width (notebook 07), bf16/fp16 autocast and channels_last (10, 11), "
+    "fusion by torch.compile (13)",
 }
 DEVICE_BOUND = set(DEVICE_FIXES)
 # Findings ranked above every cost: a loop whose memory grows fails however fast it is.
@@ -429,16 +429,16 @@ def device_idle(m: Measured) -> Finding | None:
 COPY_FIXES = {
     "pageable": "pin the host memory, so the device reads it directly instead of through a "
     "staging copy: DataLoader(pin_memory=True), or x.pin_memory() once for data kept on the "
-    "host (pageable vs pinned: notebook 08_device_placement.ipynb)",
+    "host (pageable vs pinned: notebook 09_device_placement.ipynb)",
     "blocking": "copy without waiting, from pinned memory: x.to(device, non_blocking=True), so "
-    "the host queues the next kernels while the copy runs (notebook 08_device_placement.ipynb)",
+    "the host queues the next kernels while the copy runs (notebook 09_device_placement.ipynb)",
     "bytes": "move fewer bytes: images as uint8 to the device and converted to float there "
-    "(notebook 05_gpu_data_pipelines.ipynb)",
+    "(notebook 06_gpu_data_pipelines.ipynb)",
     "keep": "keep on the device what every step reuses: move the data set (or the model, or a "
-    "buffer) there once, not each step (notebooks 05_gpu_data_pipelines.ipynb, "
-    "08_device_placement.ipynb)",
+    "buffer) there once, not each step (notebooks 06_gpu_data_pipelines.ipynb, "
+    "09_device_placement.ipynb)",
     "reads": "read from the device less: keep outputs and metrics there and copy them to the "
-    "host every k steps (notebook 07_item_hygiene.ipynb)",
+    "host every k steps (notebook 08_item_hygiene.ipynb)",
 }
 
 
@@ -511,7 +511,7 @@ def no_tensor_cores(m: Measured) -> Finding | None:
         f"hot ops in float32 ({', '.join(fp32)}) with TF32 off on a GPU with tensor cores",
         None,
         "torch.backends.cuda.matmul.fp32_precision = 'tf32' (TF32, notebook 11), or "
-        "torch.autocast('cuda', dtype=torch.bfloat16) (notebook 10)",
+        "torch.autocast('cuda', dtype=torch.bfloat16) (notebook 12)",
         NOTEBOOKS["no-tensor-cores"],
         rule="fp32 hot ops, TF32 off (the TensorBoard advisor's 0 % tensor-core rule)",
     )
@@ -568,7 +568,7 @@ def data_parallel(m: Measured) -> Finding | None:
         None,
         "torch.nn.parallel.DistributedDataParallel, one process per device (torchrun; "
         "python -m helpers.doctor --nproc N diagnoses its ranks); notebook "
-        "13_data_parallel.ipynb measures what DataParallel's scatter, replicate and gather cost",
+        "15_data_parallel.ipynb measures what DataParallel's scatter, replicate and gather cost",
         NOTEBOOKS["data-parallel"],
         rule="torch.nn.DataParallel built: PyTorch's documentation recommends "
         "DistributedDataParallel instead, even on one machine",

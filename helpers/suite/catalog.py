@@ -55,13 +55,13 @@ def _check_entries(where: str, entries: object) -> None:
 
 
 def number(file: str) -> str:
-    """A notebook's number with its suffix, if any ('11b' of '11b_compiler….ipynb'): a unit
+    """A notebook's number with its suffix, if any ('11b' of '13_compiler….ipynb'): a unit
     split in two keeps every later number."""
     name = Path(file).name if isinstance(file, (str, Path)) else ""
     if not re.match(r"\d\d[a-z]?_", name):
         raise ValueError(
             f"number: file must name a notebook as <number>[suffix]_<title>.ipynb "
-            f"('11b_compiler….ipynb'), got {file!r}"
+            f"('13_compiler….ipynb'), got {file!r}"
         )
     return name.split("_", 1)[0]
 

@@ -673,8 +673,8 @@ def _l17_split_model_idles_devices(t: dict, handoff_share: float) -> str:
     "L18",
     "both",
     "verdict: final loss of a k x batch with the same vs the scaled "
-    "lr (notebook 06); mechanism: DDP vs one process on the global "
-    "batch, and batch-norm running means between ranks (notebook 14)",
+    "lr (notebook 07); mechanism: DDP vs one process on the global "
+    "batch, and batch-norm running means between ranks (notebook 16)",
     "learning-rate half holds when the scaled lr ends lower and closer to the small batch's "
     "loss, else does not hold here; batch-norm half shown when DDP equals the global batch (< "
     "{equal}) and the ranks' BN means differ by > {differs} (float32 noise; stated tolerances)",

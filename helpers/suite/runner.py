@@ -105,7 +105,7 @@ class HeadlessOutputWidget(OutputWidget):
     """nbclient's stand-in for a front end's Output widget (the one `interact` draws into),
     minus the state it sends back to the kernel. It sends that on the shell channel while
     nbclient waits on the same channel for the cell's reply, and now and then the reply is not
-    seen until the cell's timeout (jupyter/nbclient#312, open): notebook 18's cost widget once
+    seen until the cell's timeout (jupyter/nbclient#312, open): notebook 19's cost widget once
     held a run for its 30-minute cell timeout, and 40 `interact` cells took 33-63 s with it, 3 s
     without. Headless, the kernel never needs the widget's outputs back; nbclient still records
     them in the executed copy."""

@@ -1,4 +1,4 @@
-"""L4 (notebook 02) and L18's learning-rate half (notebook 06) come out each way this CPU can
+"""L4 (notebook 02) and L18's learning-rate half (notebook 07) come out each way this CPU can
 reach through the notebooks' own measuring cells, extracted and run at tiny sizes. L4 is timed,
 so its workloads' costs are sleeps, far from the thresholds, where a busy machine cannot move
 them: a disk whose file reads sleep, a decode that sleeps, a loader whose own work sleeps. L18's
@@ -25,10 +25,10 @@ from helpers.suite import claims
 from helpers.suite.results import Recorder
 from tests.notebook_scripts import code_cell
 
-NB02, NB06 = "02_data_loading.ipynb", "06_batch_size_and_accumulation.ipynb"
+NB02, NB06 = "02_data_loading.ipynb", "07_batch_size_and_accumulation.ipynb"
 # 02's cells behind L4: the stage timings, the four loaders, their epochs, the verdict
 L4_CELLS = ("per_sample_us = {", "def folder_loader(", 'timings["in RAM, decoded"]', '"L4",')
-# 06's cells behind L18's learning-rate half: the three runs, their final losses, the verdict
+# 07's cells behind L18's learning-rate half: the three runs, their final losses, the verdict
 L18_CELLS = ("SMALL_B, BIG_B, LR0 =", "small, big_same, big_scaled = ", '"L18",')
 
 
@@ -119,7 +119,7 @@ def test_l4_each_way_with_a_slow_disk_a_slow_decode_and_a_slow_loader(tmp_path):
 
 
 def _l18_cells(tmp_path, samples: int, epochs: int, input_scale: float = 1.0) -> tuple:
-    """06's L18 cells (three runs, their final losses, the verdict) on `samples` synthetic
+    """07's L18 cells (three runs, their final losses, the verdict) on `samples` synthetic
     Fashion-MNIST images for `epochs` epochs, normalised as 06 does, then scaled by
     `input_scale`: (the verdict, the three final losses)."""
     images, labels = synthetic.class_images(samples, 28, 28, seed=1)
@@ -137,20 +137,20 @@ def _l18_cells(tmp_path, samples: int, epochs: int, input_scale: float = 1.0) ->
         "LR_EPOCHS": epochs,
     }
     src = "\n".join(code_cell(NB06, marker) for marker in L18_CELLS)
-    exec(compile(src, "06_batch_size_and_accumulation.ipynb:L18", "exec"), ns)
+    exec(compile(src, "07_batch_size_and_accumulation.ipynb:L18", "exec"), ns)
     plt.close("all")
     return ns["record"].data["verdicts"][-1]["verdict"], tuple(ns["final_loss"].values())
 
 
 @pytest.mark.slow
 def test_l18_lr_half_holds_at_06s_sizes_and_not_in_a_one_step_or_overshooting_run(tmp_path):
-    """At 06's smoke sizes (2,048 images, 2 epochs) batch 256 falls behind batch 32 with the
+    """At 07's smoke sizes (2,048 images, 2 epochs) batch 256 falls behind batch 32 with the
     same lr and the 8x lr catches up most of the way: holds. One epoch of 256 images is one step
     of batch 256, and an epoch's loss is taken before each step: both lrs report the untrained
     loss, the scaled one not lower. Inputs at 4x the normalised scale act on the first layer
     like a 16x lr (its gradient and a step's effect each grow 4x): the 8x lr overshoots to a
     finite loss above the same lr's. Deterministic: exact outcomes, no "inconclusive"."""
-    holds, (small, same, scaled) = _l18_cells(tmp_path / "smoke", 2048, 2)  # 06's smoke sizes
+    holds, (small, same, scaled) = _l18_cells(tmp_path / "smoke", 2048, 2)  # 07's smoke sizes
     one_step, (_, same_1, scaled_1) = _l18_cells(tmp_path / "one_step", 256, 1)
     overshoot, (_, same_x, scaled_x) = _l18_cells(tmp_path / "overshoot", 1024, 2, 4.0)
     assert holds == "holds (learning-rate part)", (small, same, scaled)

@@ -1,5 +1,5 @@
-"""L17 (notebook 15) and L22 (notebook 18) reach their outcomes through the notebooks' own
-measuring code: 15's two-process split script and the cells that read it, 18's waterfall and its
+"""L17 (notebook 17) and L22 (notebook 19) reach their outcomes through the notebooks' own
+measuring code: 17's two-process split script and the cells that read it, 19's waterfall and its
 time-vs-money cells, exec'd at tiny sizes. Where timing decides, `time.sleep` sets the workload's
 cost, far from the rule's thresholds, so a busy machine may leave a range across a threshold
 ("inconclusive") but never the other outcome."""
@@ -27,8 +27,8 @@ from tests.notebook_scripts import code_cell, write_script
 
 pytestmark = pytest.mark.slow  # L17 starts 2 rank processes twice (5-25 s each: torch imports)
 
-SPLIT = "15_model_splitting.ipynb"
-CAPSTONE = "18_capstone.ipynb"
+SPLIT = "17_model_splitting.ipynb"
+CAPSTONE = "19_capstone.ipynb"
 
 
 def _spliced(src: str, anchor: str, hook: str, *, before: bool = False) -> str:
@@ -46,7 +46,7 @@ def _l17_run(
     stage_s: float = 0.0,
     link_s: float = 0.0,
 ) -> str:
-    """15's `%%writefile {PIPE_PY}` script in 2 gloo processes (cell "pipe = launch.run("), then
+    """17's `%%writefile {PIPE_PY}` script in 2 gloo processes (cell "pipe = launch.run("), then
     the cells that read it and judge L17, on activations of `batch` x `hidden`: each stage's
     forward sleeps `stage_s`, each blocking send (the hand-off the script times) `link_s` first,
     a slow link (the schedule's sends stay fast: a shorter step, so the hand-off's share is
@@ -115,7 +115,7 @@ def _flops_per_image(width: int) -> float:
 
 
 def _waterfall(tmp_path: Path) -> dict:
-    """18's waterfall (the book's loop, the fast loop and the `capstone.run_waterfall` call: the
+    """19's waterfall (the book's loop, the fast loop and the `capstone.run_waterfall` call: the
     cells "def train_reference(", "def backend_flags(", "def setup(", "def train_fast(" and
     "waterfall_runs = ") at WIDTH 64, the width the references train; the net each bar trains is
     swapped for a free linear layer whose forward sleeps REF_STEP_S in the book's loop and
@@ -178,7 +178,7 @@ def _plant_cpu_reference(name: str, samples_per_s: float) -> None:
 
 
 def _l22(tmp_path: Path, ns: dict, dearer: dict[str, float] | None = None) -> str:
-    """18's time-vs-money cells ("fast_sps = " and 'record.judge(\\n    "L22"') on the waterfall in
+    """19's time-vs-money cells ("fast_sps = " and 'record.judge(\\n    "L22"') on the waterfall in
     `ns` against the references under results/reference/; `dearer`: devices priced that many
     times the cell's price for their class (its prices are assumptions to change; it prices
     every CPU alike). The verdict."""
