@@ -67,22 +67,26 @@ test-slow: install
 # Every notebook as a learner uses it (not in `make test`; .ci/run calls it): every notebook in
 # JupyterLab + headless Chromium (the browser test), whose kernel first runs it with the Explore
 # sections skipped, so Run All is the re-run (tests/learner_passes.py; with nbclient where
-# Chromium is missing); each Explore that needs no section above right after the setup; and notebooks 00, 07 and 19 the way Colab/Kaggle run
-# them, from an empty folder; and the capstone benchmark (notebook 19 again, timed:
-# benchmarks/test_capstone_ratio.py). The passes assert no speed, so they run TEST_JOBS at a time
-# like `make notebooks` (a notebook beside another is what a shared class machine does to it);
+# Chromium is missing); each Explore that needs no section above right after the setup;
+# notebooks 00 and 07 the way Colab/Kaggle run them, from an empty folder, and every notebook's
+# imports that way. The passes assert no speed, so they run TEST_JOBS at a time like
+# `make notebooks` (a notebook beside another is what a shared class machine does to it);
 # the hosted-style runs share one fresh environment, so they stay in one worker (xdist_group).
 test-learner: install
 	FTG_PROFILE=smoke $(BIN)/python -m pytest tests -q -m learner -n $(TEST_JOBS) --dist loadgroup
-	MPLBACKEND=Agg FTG_PROFILE=smoke $(BIN)/python -m pytest benchmarks -q -m learner
 
 # Every notebook alone (its smoke budget), then, where the run alone kept more than one core
 # busy (threads, workers, ranks: measured), beside one busy process: slower, never stalled
 # (about 10 minutes on 2 cores; needs the machine otherwise quiet, so not in `make test`;
 # .ci/run calls it); and the collapse of threads past the free cores beside a busy process, as
-# a ratio (benchmarks/).
+# a ratio (benchmarks/), and the capstone's input-pipeline ratio, read from its run alone here
+# (benchmarks/test_capstone_ratio.py; `make bench` runs the capstone for it instead).
+ALONE_RESULTS := $(or $(FTG_BUILD_DIR),build)/load-alone
 test-load: install
-	FTG_PROFILE=smoke $(BIN)/python -m pytest tests/test_under_load.py benchmarks/test_oversubscription.py -q -s -m load
+	rm -rf $(ALONE_RESULTS)
+	FTG_ALONE_RESULTS=$(ALONE_RESULTS) FTG_PROFILE=smoke $(BIN)/python -m pytest \
+	    tests/test_under_load.py benchmarks/test_oversubscription.py \
+	    benchmarks/test_capstone_ratio.py -q -s -m load
 
 benchmarks: install   # speed ratios (never absolute times): run on a quiet machine
 	MPLBACKEND=Agg FTG_PROFILE=smoke $(BIN)/python -m pytest benchmarks -q -m "not load and not learner and not doctor"
