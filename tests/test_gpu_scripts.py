@@ -442,16 +442,16 @@ def test_preflight_rejects_a_python_or_machine_that_does_not_fit_before_pip(tmp_
     assert mark.exists() and "installing the wheels failed" in r.stdout  # its pip ran
 
 
-# `all` in a copy with five tiny notebooks. Their H100 budgets give the order: 18 (the capstone's
+# `all` in a copy with five tiny notebooks. Their H100 budgets give the order: 19 (the capstone's
 # number) first whatever its budget, then the longest first; 50's budget never fits the call.
 ALL_NOTEBOOKS = {
-    "18_first": "",
+    "19_first": "",
     "50_huge": "",
     "30_bad": "raise ValueError('boom')",
     "20_after": "",
     "10_hang": "import pathlib, time\npathlib.Path('10_hang.started').touch()\ntime.sleep(600)",
 }
-ALL_BUDGETS = {"18_first": 5, "50_huge": 5000, "30_bad": 90, "20_after": 80, "10_hang": 70}
+ALL_BUDGETS = {"19_first": 5, "50_huge": 5000, "30_bad": 90, "20_after": 80, "10_hang": 70}
 
 
 def _run_all_until_the_hang_then_sigterm(repo: Path, tmp: Path, out: Path, log: Path) -> int:
@@ -506,7 +506,7 @@ def test_all_goes_on_past_a_failure_and_a_kill_returns_what_finished(tmp_path):
     assert seconds["order"] == list(ALL_NOTEBOOKS) and seconds["state"] == "SIGTERM"
     runs = {n: r["runs"][0] for n, r in seconds["notebooks"].items()}
     assert {n: r["status"] for n, r in runs.items()} == {
-        "18_first": "ok",
+        "19_first": "ok",
         "30_bad": "failed",
         "20_after": "ok",
         "10_hang": "interrupted",
@@ -516,7 +516,7 @@ def test_all_goes_on_past_a_failure_and_a_kill_returns_what_finished(tmp_path):
     (huge,) = seconds["not_run"]
     assert huge.startswith("50_huge (out of time:"), huge
     with tarfile.open(next(out.glob("reference-*.tar.gz"))) as t:
-        assert sorted(t.getnames()) == ["18_first.json", "20_after.json"]
+        assert sorted(t.getnames()) == ["19_first.json", "20_after.json"]
     with tarfile.open(next(out.glob("failed-*.tar.gz"))) as t:
         assert {"30_bad.ipynb", "10_hang.ipynb"} <= set(t.getnames())
     assert "20_after" in next(out.glob("report-*.md")).read_text()
