@@ -289,7 +289,7 @@ def test_explore_first_runs_as_it_says(path):
 def test_interrupted_training_cell_runs_again():
     """Stop notebook 07's learning-rate training mid-run (the kernel's interrupt, as the
     toolbar's stop button does), then run the same cell again: it completes, threads restored."""
-    path = next(p for p in NOTEBOOKS if p.name.startswith("06_"))
+    path = next(p for p in NOTEBOOKS if p.name.startswith("07_"))
     nb = ns.read(path)
     setup, secs = ns.sections(nb)
     train = next(
