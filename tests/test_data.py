@@ -54,7 +54,7 @@ def test_cifar10_synthetic_checked_with_md5(small_synthetic):
         data.cifar10(train=False)
 
 
-def test_cifar_shaped_is_what_notebooks_10_11_and_11b_wrote_inline(small_synthetic):
+def test_cifar_shaped_is_what_notebooks_11_12_and_13_wrote_inline(small_synthetic):
     """Their cell loaded, normalised and labelled the images itself: the same tensors now."""
     images = data.cifar_shaped("synthetic.class_images", 40)
     raw, labels = synthetic.class_images(40, 32, 32, 3, seed=0)

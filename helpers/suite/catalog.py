@@ -55,8 +55,8 @@ def _check_entries(where: str, entries: object) -> None:
 
 
 def number(file: str) -> str:
-    """A notebook's number with its suffix, if any ('11b' of '13_compiler….ipynb'): a unit
-    split in two keeps every later number."""
+    """A notebook's number with its suffix, if any ('11b' of '11b_compiler….ipynb'): a unit
+    split in two may keep every later number until the next renumbering."""
     name = Path(file).name if isinstance(file, (str, Path)) else ""
     if not re.match(r"\d\d[a-z]?_", name):
         raise ValueError(
