@@ -8,7 +8,7 @@ import math
 import sys
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import matplotlib.pyplot as plt
@@ -181,4 +181,83 @@ def waterfall(
     ax.set_title(title or "cumulative changes (label: value and speed-up over the first bar)")
     ax.margins(y=0.2)
     fig.tight_layout()
+    return fig
+
+
+def sweep(
+    series: Mapping[str, Mapping[float, float]],
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    reference: tuple[str, Mapping[float, float]] | None = None,
+    legend: bool = True,
+    ax: plt.Axes | None = None,
+) -> plt.Figure:
+    """One line per variant of a quantity against a size, both axes log, a tick at each size
+    measured: the scaling is what a sweep shows. `reference` (label, points) is a dashed black
+    line, such as what the arithmetic says."""
+    if not series or isinstance(series, str):
+        raise ValueError(
+            f"sweep: give {{name: {{size: value}}}} for at least one name, got {series!r}"
+        )
+    lines = dict(series) if reference is None else {**series, reference[0]: reference[1]}
+    for name, points in lines.items():
+        if not isinstance(points, Mapping):
+            raise TypeError(f"sweep: {name!r} must map size -> value, got {points!r}")
+        for x, y in points.items():
+            _number(f"sweep: {name!r} size", x)
+            if not 0 < _number(f"sweep: {name!r} at {x!r}", y) < math.inf:
+                raise ValueError(f"sweep: values are drawn on a log axis: {name!r} at {x} is {y}")
+    fig, ax = plt.subplots(figsize=(6, 3.6)) if ax is None else (ax.figure, ax)
+    for name, points in series.items():
+        xs = sorted(points)
+        ax.plot(xs, [points[x] for x in xs], marker="o", label=name)
+    if reference is not None:
+        xs = sorted(reference[1])
+        ax.plot(xs, [reference[1][x] for x in xs], "k--", label=reference[0])
+    ax.set(xscale="log", yscale="log", xlabel=xlabel, ylabel=ylabel, title=title)
+    sizes = sorted({x for points in lines.values() for x in points})
+    ax.set_xticks(sizes, [str(x) for x in sizes], minor=False)
+    ax.minorticks_off()
+    if legend:
+        ax.legend(fontsize="small")
+    return fig
+
+
+def split_with_data_parallel(stages: Sequence[str] = ("encoder", "decoder"), replicas: int = 4):
+    """The diagram of a model split in two stages, each stage data-parallel over `replicas`
+    devices: the batch goes to the first stage's replicas, each hands its activations to the
+    second stage's. A drawing, not a measurement: kept here so the lesson's cell stays short."""
+    if isinstance(stages, str) or len(stages) != 2:
+        raise ValueError(f"split_with_data_parallel: draws two stages, got {stages!r}")
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or not 1 <= replicas <= 4:
+        raise ValueError(f"split_with_data_parallel: replicas must be 1 to 4, got {replicas!r}")
+    from matplotlib.patches import FancyArrowPatch, Rectangle
+
+    fig, ax = plt.subplots(figsize=(9, 3.8))
+    ax.set_xlim(0, 10)
+    ax.set_ylim(0, 5)
+    ax.axis("off")
+    ax.add_patch(Rectangle((0.1, 2.1), 1.3, 0.8, color="#cccccc"))
+    ax.text(0.75, 2.5, "batch", ha="center", va="center")
+    arrow = {"arrowstyle": "->", "mutation_scale": 10}
+    for k in range(replicas):
+        yk = 4.1 - 1.05 * k
+        for stage, (x0, color) in enumerate(((2.6, "#2a7ab0"), (6.3, "#e08a2a"))):
+            ax.add_patch(Rectangle((x0, yk), 2.1, 0.75, color=color, alpha=0.85))
+            label = f"GPU {k + replicas * stage}: {stages[stage]} replica, 1/{replicas} batch"
+            ax.text(
+                x0 + 1.05, yk + 0.37, label, ha="center", va="center", color="white", fontsize=8
+            )
+        ax.add_artist(FancyArrowPatch((1.4, 2.5), (2.6, yk + 0.37), color="#555555", **arrow))
+        ax.add_artist(FancyArrowPatch((4.7, yk + 0.37), (6.3, yk + 0.37), color="#c0392b", **arrow))
+    hand_off = "activations hand-off (stage 0 -> stage 1)"
+    ax.text(5.5, 4.95, hand_off, ha="center", color="#c0392b", fontsize=8)
+    for x, group in ((3.65, "A"), (7.35, "B")):
+        ax.text(
+            x, 0.05, f"data-parallel group {group}: gradients averaged", ha="center", fontsize=8
+        )
+    n = 2 * replicas
+    ax.set_title(f"Model split in 2 stages x data parallel over {replicas}: {n} GPUs")
     return fig
