@@ -261,3 +261,48 @@ def split_with_data_parallel(stages: Sequence[str] = ("encoder", "decoder"), rep
     n = 2 * replicas
     ax.set_title(f"Model split in 2 stages x data parallel over {replicas}: {n} GPUs")
     return fig
+
+
+def roofline(
+    points: Sequence[Mapping[str, Any]],
+    *,
+    peaks: Mapping[str, float],
+    bandwidth: float,
+    overhead: tuple[float, float],
+    regime: Callable[[Mapping[str, Any]], str],
+    title: str,
+) -> plt.Figure:
+    """The roofline: each peak's roof (min(peak, bandwidth x intensity)), the overhead ceiling
+    of a (FLOPs, seconds) op, and each measured point labelled with `regime(point)`; a learner
+    reads from the picture which limit an operation hits."""
+    if not peaks or bandwidth <= 0 or any(r <= 0 for r in peaks.values()):
+        raise ValueError(
+            f"roofline: peaks and bandwidth must be positive, got {dict(peaks)}, {bandwidth}"
+        )
+    if missing := [p for p in points if not {"name", "intensity", "flop/s"} <= set(p)]:
+        raise ValueError(f"roofline: points need name, intensity and flop/s: {missing[0]!r}")
+    flops, seconds = overhead
+    intensity = [10 ** (-3 + 7 * i / 199) for i in range(200)]  # FLOP per byte
+    fig, ax = plt.subplots(figsize=(7, 4.4))
+    for name, rate in peaks.items():
+        ax.plot(
+            intensity,
+            [min(rate, bandwidth * x) for x in intensity],
+            lw=2.5 if name == "fp32" else 1,
+            label=f"{name} roof: {rate / 1e9:,.0f} GFLOP/s",
+        )
+    ceiling = f"overhead: a {flops:.0f}-FLOP op at {seconds * 1e6:.1f} us per op"
+    ax.axhline(flops / seconds, color="grey", ls=":", label=ceiling)
+    for p in points:
+        ax.scatter(p["intensity"], p["flop/s"], s=70, zorder=3, edgecolor="k")
+        ax.annotate(
+            f"{p['name']}\n({regime(p)})",
+            (p["intensity"], p["flop/s"]),
+            textcoords="offset points",
+            xytext=(7, -4),
+            fontsize="small",
+        )
+    ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP / byte)")
+    ax.set(ylabel="achieved FLOP/s", title=title)
+    ax.legend(fontsize="x-small", loc="upper left")
+    return fig

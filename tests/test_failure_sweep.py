@@ -347,6 +347,28 @@ CASES = [
     case(
         plotting.split_with_data_parallel, ValueError, r"replicas must be 1 to 4, got 8", replicas=8
     ),
+    case(
+        plotting.roofline,
+        ValueError,
+        r"peaks and bandwidth must be positive",
+        [],
+        peaks={"fp32": 1e9},
+        bandwidth=0.0,
+        overhead=(1, 1e-6),
+        regime=str,
+        title="",
+    ),
+    case(
+        plotting.roofline,
+        ValueError,
+        r"points need name, intensity and flop/s",
+        [{"name": "add"}],
+        peaks={"fp32": 1e9},
+        bandwidth=1e9,
+        overhead=(1, 1e-6),
+        regime=str,
+        title="",
+    ),
     # --- devices ---------------------------------------------------------------------------
     case(devices.try_gpu, ValueError, r"try_gpu: i must be an int >= 0, got -1", -1),
     case(devices.try_gpu, ValueError, r"i must be an int >= 0, got '0'", "0"),

@@ -26,8 +26,6 @@ PLOT_ROOTS = frozenset({"plt", "plotting"})  # pyplot and the notebooks' helpers
 # figure span 5 to 25 lines each; a recording helper that takes them in one call is the fix.
 _RECORDS = "its record.measure / record.judge calls, written out over several lines each"
 NOT_LEAN_YET: dict[str, str] = {
-    "01_why_is_it_slow.ipynb": "the roofline drawing (draw_roofline, 32 lines) reads five of the "
-    "notebook's measured names; it moves to helpers/plotting.py with them as arguments",
     "02_data_loading.ipynb": _RECORDS,
     "03_dataloader_workers.ipynb": _RECORDS + ", and a throughput plot",
     "04_profiling.ipynb": _RECORDS + ", and the trace's plots (two cells)",
