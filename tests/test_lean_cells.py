@@ -26,16 +26,15 @@ PLOT_ROOTS = frozenset({"plt", "plotting"})  # pyplot and the notebooks' helpers
 # figure span 5 to 25 lines each; a recording helper that takes them in one call is the fix.
 _RECORDS = "its record.measure / record.judge calls, written out over several lines each"
 NOT_LEAN_YET: dict[str, str] = {
-    "02_data_loading.ipynb": _RECORDS,
     "03_dataloader_workers.ipynb": _RECORDS + ", and a throughput plot",
     "04_profiling.ipynb": _RECORDS + ", and the trace's plots (two cells)",
     "05_cpu_threads.ipynb": _RECORDS,
-    "06_gpu_data_pipelines.ipynb": _RECORDS + " (two cells)",
+    "06_gpu_data_pipelines.ipynb": _RECORDS + " (the three ways' cell)",
     "07_batch_size_and_accumulation.ipynb": _RECORDS + ", and a sweep plot",
     "09_device_placement.ipynb": _RECORDS + " (two cells)",
     "10_training_memory.ipynb": "the activations-against-batch line plot (21 lines: measured "
     "points, the fitted line, the weights' level, the allocator's points)",
-    "12_mixed_precision.ipynb": _RECORDS + " (the throughput cell and the L12 verdict)",
+    "12_mixed_precision.ipynb": _RECORDS + " (the L12 verdict: two record.judge calls)",
     "14_attention_and_sequences.ipynb": "the variable-length cell's bars and its records",
     "15_data_parallel.ipynb": _RECORDS,
     "16_ddp.ipynb": _RECORDS + " (two cells)",
