@@ -26,10 +26,7 @@ PLOT_ROOTS = frozenset({"plt", "plotting"})  # pyplot and the notebooks' helpers
 # sentence, and a second "not measurable here" call for the machine without a GPU) spans 5 to
 # 15 lines as formatted; a recording helper that takes such a set in one call is the fix.
 NOT_LEAN_YET: dict[str, str] = {
-    "03_dataloader_workers.ipynb": "worker memory: five record.measure calls (23 lines) and the "
-    "three-series bars drawn by hand",
     "05_cpu_threads.ipynb": "busy neighbour: three record.measure calls (21 lines) after its bars",
-    "06_gpu_data_pipelines.ipynb": "three ways: a record.measure per pipeline (23 lines)",
     "09_device_placement.ipynb": "L10 and L13: a record.judge for the GPU and one for without "
     "(27 and 24 lines)",
     "10_training_memory.ipynb": "activations against batch: its line plot (measured points, the "
