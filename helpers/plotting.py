@@ -306,3 +306,31 @@ def roofline(
     ax.set(ylabel="achieved FLOP/s", title=title)
     ax.legend(fontsize="x-small", loc="upper left")
     return fig
+
+
+def lines(
+    series: Mapping[str, tuple[Sequence[float], Sequence[float], str]],
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    level: tuple[str, float] | None = None,
+) -> plt.Figure:
+    """Series against a size on linear axes, each (xs, ys, style: "o" points, ":" a line), and
+    an optional dashed grey level (label, y): where measured points meet the arithmetic's line."""
+    if not series or isinstance(series, str):
+        raise ValueError(f"lines: give {{label: (xs, ys, style)}}, got {series!r}")
+    for label, s in series.items():
+        if isinstance(s, str) or len(s) != 3 or len(s[0]) != len(s[1]) or not s[0]:
+            raise ValueError(f"lines: {label!r} must be (xs, ys, style) with xs and ys alike")
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    for label, (xs, ys, style) in series.items():
+        ax.plot(xs, ys, style, label=label)
+    if level is not None:
+        ax.axhline(
+            _number(f"lines: level {level[0]!r}", level[1]), color="grey", ls="--", label=level[0]
+        )
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    return fig

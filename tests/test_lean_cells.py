@@ -31,8 +31,6 @@ NOT_LEAN_YET: dict[str, str] = {
     "06_gpu_data_pipelines.ipynb": "L6: its figure sentence and record.judge (24 lines)",
     "09_device_placement.ipynb": "L10 and L13: a record.judge for the GPU and one for without "
     "(27 and 24 lines)",
-    "10_training_memory.ipynb": "activations against batch: its line plot (measured points, the "
-    "fitted line extended, the weights' level, the allocator's points) is 21 lines",
     "12_mixed_precision.ipynb": "L12: a record.judge for fp16 and one for bf16 (29 lines)",
     "15_data_parallel.ipynb": "L14: a record.judge for 2+ GPUs and one for fewer (21 lines)",
     "16_ddp.ipynb": "scaling: four record.measure calls (24 lines); L15: a record.judge for 2+ "
