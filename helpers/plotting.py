@@ -8,7 +8,7 @@ import math
 import sys
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import matplotlib.pyplot as plt
@@ -180,5 +180,157 @@ def waterfall(
     ax.set_ylabel(unit)
     ax.set_title(title or "cumulative changes (label: value and speed-up over the first bar)")
     ax.margins(y=0.2)
+    fig.tight_layout()
+    return fig
+
+
+def sweep(
+    series: Mapping[str, Mapping[float, float]],
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    reference: tuple[str, Mapping[float, float]] | None = None,
+    legend: bool = True,
+    ax: plt.Axes | None = None,
+) -> plt.Figure:
+    """One line per variant of a quantity against a size, both axes log, a tick at each size
+    measured: the scaling is what a sweep shows. `reference` (label, points) is a dashed black
+    line, such as what the arithmetic says."""
+    if not series or isinstance(series, str):
+        raise ValueError(
+            f"sweep: give {{name: {{size: value}}}} for at least one name, got {series!r}"
+        )
+    lines = dict(series) if reference is None else {**series, reference[0]: reference[1]}
+    for name, points in lines.items():
+        if not isinstance(points, Mapping):
+            raise TypeError(f"sweep: {name!r} must map size -> value, got {points!r}")
+        for x, y in points.items():
+            _number(f"sweep: {name!r} size", x)
+            if not 0 < _number(f"sweep: {name!r} at {x!r}", y) < math.inf:
+                raise ValueError(f"sweep: values are drawn on a log axis: {name!r} at {x} is {y}")
+    fig, ax = plt.subplots(figsize=(6, 3.6)) if ax is None else (ax.figure, ax)
+    for name, points in series.items():
+        xs = sorted(points)
+        ax.plot(xs, [points[x] for x in xs], marker="o", label=name)
+    if reference is not None:
+        xs = sorted(reference[1])
+        ax.plot(xs, [reference[1][x] for x in xs], "k--", label=reference[0])
+    ax.set(xscale="log", yscale="log", xlabel=xlabel, ylabel=ylabel, title=title)
+    sizes = sorted({x for points in lines.values() for x in points})
+    ax.set_xticks(sizes, [str(x) for x in sizes], minor=False)
+    ax.minorticks_off()
+    if legend:
+        ax.legend(fontsize="small")
+    return fig
+
+
+def split_with_data_parallel(stages: Sequence[str] = ("encoder", "decoder"), replicas: int = 4):
+    """The diagram of a model split in two stages, each stage data-parallel over `replicas`
+    devices: the batch goes to the first stage's replicas, each hands its activations to the
+    second stage's. A drawing, not a measurement: kept here so the lesson's cell stays short."""
+    if isinstance(stages, str) or len(stages) != 2:
+        raise ValueError(f"split_with_data_parallel: draws two stages, got {stages!r}")
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or not 1 <= replicas <= 4:
+        raise ValueError(f"split_with_data_parallel: replicas must be 1 to 4, got {replicas!r}")
+    from matplotlib.patches import FancyArrowPatch, Rectangle
+
+    fig, ax = plt.subplots(figsize=(9, 3.8))
+    ax.set_xlim(0, 10)
+    ax.set_ylim(0, 5)
+    ax.axis("off")
+    ax.add_patch(Rectangle((0.1, 2.1), 1.3, 0.8, color="#cccccc"))
+    ax.text(0.75, 2.5, "batch", ha="center", va="center")
+    arrow = {"arrowstyle": "->", "mutation_scale": 10}
+    for k in range(replicas):
+        yk = 4.1 - 1.05 * k
+        for stage, (x0, color) in enumerate(((2.6, "#2a7ab0"), (6.3, "#e08a2a"))):
+            ax.add_patch(Rectangle((x0, yk), 2.1, 0.75, color=color, alpha=0.85))
+            label = f"GPU {k + replicas * stage}: {stages[stage]} replica, 1/{replicas} batch"
+            ax.text(
+                x0 + 1.05, yk + 0.37, label, ha="center", va="center", color="white", fontsize=8
+            )
+        ax.add_artist(FancyArrowPatch((1.4, 2.5), (2.6, yk + 0.37), color="#555555", **arrow))
+        ax.add_artist(FancyArrowPatch((4.7, yk + 0.37), (6.3, yk + 0.37), color="#c0392b", **arrow))
+    hand_off = "activations hand-off (stage 0 -> stage 1)"
+    ax.text(5.5, 4.95, hand_off, ha="center", color="#c0392b", fontsize=8)
+    for x, group in ((3.65, "A"), (7.35, "B")):
+        ax.text(
+            x, 0.05, f"data-parallel group {group}: gradients averaged", ha="center", fontsize=8
+        )
+    n = 2 * replicas
+    ax.set_title(f"Model split in 2 stages x data parallel over {replicas}: {n} GPUs")
+    return fig
+
+
+def roofline(
+    points: Sequence[Mapping[str, Any]],
+    *,
+    peaks: Mapping[str, float],
+    bandwidth: float,
+    overhead: tuple[float, float],
+    regime: Callable[[Mapping[str, Any]], str],
+    title: str,
+) -> plt.Figure:
+    """The roofline: each peak's roof (min(peak, bandwidth x intensity)), the overhead ceiling
+    of a (FLOPs, seconds) op, and each measured point labelled with `regime(point)`; a learner
+    reads from the picture which limit an operation hits."""
+    if not peaks or bandwidth <= 0 or any(r <= 0 for r in peaks.values()):
+        raise ValueError(
+            f"roofline: peaks and bandwidth must be positive, got {dict(peaks)}, {bandwidth}"
+        )
+    if missing := [p for p in points if not {"name", "intensity", "flop/s"} <= set(p)]:
+        raise ValueError(f"roofline: points need name, intensity and flop/s: {missing[0]!r}")
+    flops, seconds = overhead
+    intensity = [10 ** (-3 + 7 * i / 199) for i in range(200)]  # FLOP per byte
+    fig, ax = plt.subplots(figsize=(7, 4.4))
+    for name, rate in peaks.items():
+        ax.plot(
+            intensity,
+            [min(rate, bandwidth * x) for x in intensity],
+            lw=2.5 if name == "fp32" else 1,
+            label=f"{name} roof: {rate / 1e9:,.0f} GFLOP/s",
+        )
+    ceiling = f"overhead: a {flops:.0f}-FLOP op at {seconds * 1e6:.1f} us per op"
+    ax.axhline(flops / seconds, color="grey", ls=":", label=ceiling)
+    for p in points:
+        ax.scatter(p["intensity"], p["flop/s"], s=70, zorder=3, edgecolor="k")
+        ax.annotate(
+            f"{p['name']}\n({regime(p)})",
+            (p["intensity"], p["flop/s"]),
+            textcoords="offset points",
+            xytext=(7, -4),
+            fontsize="small",
+        )
+    ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP / byte)")
+    ax.set(ylabel="achieved FLOP/s", title=title)
+    ax.legend(fontsize="x-small", loc="upper left")
+    return fig
+
+
+def lines(
+    series: Mapping[str, tuple[Sequence[float], Sequence[float], str]],
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    level: tuple[str, float] | None = None,
+) -> plt.Figure:
+    """Series against a size on linear axes, each (xs, ys, style: "o" points, ":" a line), and
+    an optional dashed grey level (label, y): where measured points meet the arithmetic's line."""
+    if not series or isinstance(series, str):
+        raise ValueError(f"lines: give {{label: (xs, ys, style)}}, got {series!r}")
+    for label, s in series.items():
+        if isinstance(s, str) or len(s) != 3 or len(s[0]) != len(s[1]) or not s[0]:
+            raise ValueError(f"lines: {label!r} must be (xs, ys, style) with xs and ys alike")
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    for label, (xs, ys, style) in series.items():
+        ax.plot(xs, ys, style, label=label)
+    if level is not None:
+        ax.axhline(
+            _number(f"lines: level {level[0]!r}", level[1]), color="grey", ls="--", label=level[0]
+        )
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    ax.legend(fontsize="small")
     fig.tight_layout()
     return fig

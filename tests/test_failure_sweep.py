@@ -322,6 +322,71 @@ CASES = [
     case(
         plotting.waterfall, TypeError, r"value of step 'a' must be a number, got str", [("a", "x")]
     ),
+    case(
+        plotting.sweep, ValueError, r"for at least one name", {}, xlabel="L", ylabel="s", title=""
+    ),
+    case(
+        plotting.sweep,
+        ValueError,
+        r"drawn on a log axis: 'a' at 8 is 0",
+        {"a": {8: 0.0}},
+        xlabel="L",
+        ylabel="s",
+        title="",
+    ),
+    case(
+        plotting.sweep,
+        TypeError,
+        r"'a' must map size -> value, got \[1, 2\]",
+        {"a": [1, 2]},
+        xlabel="L",
+        ylabel="s",
+        title="",
+    ),
+    case(plotting.split_with_data_parallel, ValueError, r"draws two stages", ("a", "b", "c")),
+    case(
+        plotting.split_with_data_parallel, ValueError, r"replicas must be 1 to 4, got 8", replicas=8
+    ),
+    case(
+        plotting.roofline,
+        ValueError,
+        r"peaks and bandwidth must be positive",
+        [],
+        peaks={"fp32": 1e9},
+        bandwidth=0.0,
+        overhead=(1, 1e-6),
+        regime=str,
+        title="",
+    ),
+    case(
+        plotting.roofline,
+        ValueError,
+        r"points need name, intensity and flop/s",
+        [{"name": "add"}],
+        peaks={"fp32": 1e9},
+        bandwidth=1e9,
+        overhead=(1, 1e-6),
+        regime=str,
+        title="",
+    ),
+    case(
+        plotting.lines,
+        ValueError,
+        r"give \{label: \(xs, ys, style\)\}",
+        {},
+        xlabel="",
+        ylabel="",
+        title="",
+    ),
+    case(
+        plotting.lines,
+        ValueError,
+        r"'a' must be \(xs, ys, style\) with xs and ys alike",
+        {"a": ([1, 2], [1], "o")},
+        xlabel="",
+        ylabel="",
+        title="",
+    ),
     # --- devices ---------------------------------------------------------------------------
     case(devices.try_gpu, ValueError, r"try_gpu: i must be an int >= 0, got -1", -1),
     case(devices.try_gpu, ValueError, r"i must be an int >= 0, got '0'", "0"),
