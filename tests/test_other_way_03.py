@@ -85,7 +85,7 @@ def _l1_cells(
     cores: _Cores | None = None,
     count: int = CORES,
 ) -> str:
-    """03's sweep (cell 7) and its L1 verdict (cell 27, up to L2) on `n` images fetched in
+    """03's sweep and its L1 verdict cell on `n` images fetched in
     `fetch` s each (on `cores`, if given), `batch` a batch, each batch's pass through the epoch
     loop `step` s longer (a training step's stand-in), with `count` as the cell's core count:
     the verdict, as judged by the rule."""
@@ -93,9 +93,8 @@ def _l1_cells(
     hook = "        n += len(X)\n"
     assert sweep.count(hook) == 1, f"the sweep's {hook.strip()!r} moved: update the hook"
     sweep = sweep.replace(hook, hook + "        _step()\n")
-    verdicts = code_cell(NOTEBOOK, "k_in = max(")
-    cut = "\nbig = mem_rows[-1]\n"
-    assert verdicts.count(cut) == 1, f"L2's {cut.strip()!r} moved: update where L1's part ends"
+    verdict = code_cell(NOTEBOOK, "k_in = max(")
+    assert '"L2"' not in verdict, "L1's verdict cell judges L2 too: run only L1's part of it"
     ns = {
         "torch": torch,
         "DataLoader": DataLoader,
@@ -112,7 +111,7 @@ def _l1_cells(
         "_step": lambda: time.sleep(step) if step else None,
     }
     exec(compile(sweep, f"{NOTEBOOK}:sweep", "exec"), ns)
-    exec(compile(verdicts[: verdicts.index(cut)], f"{NOTEBOOK}:L1", "exec"), ns)
+    exec(compile(verdict, f"{NOTEBOOK}:L1", "exec"), ns)
     return [v for v in ns["record"].data["verdicts"] if v["claim"] == "L1"][-1]["verdict"]
 
 
