@@ -81,7 +81,7 @@ test-learner: install
 # .ci/run calls it); and the collapse of threads past the free cores beside a busy process, as
 # a ratio (benchmarks/), and the capstone's input-pipeline ratio, read from its run alone here
 # (benchmarks/test_capstone_ratio.py; `make bench` runs the capstone for it instead).
-ALONE_RESULTS := $(or $(FTG_BUILD_DIR),build)/load-alone
+ALONE_RESULTS := $(abspath $(or $(FTG_BUILD_DIR),build)/load-alone)
 test-load: install
 	rm -rf $(ALONE_RESULTS)
 	FTG_ALONE_RESULTS=$(ALONE_RESULTS) FTG_PROFILE=smoke $(BIN)/python -m pytest \
