@@ -100,13 +100,20 @@ def used_names(source: str) -> set[str]:
     }
 
 
+def python_source(source: str) -> str:
+    """A cell as Python: each IPython magic or shell line becomes `pass` at its indent, so an
+    indented `%pip` keeps its block and every line keeps its number."""
+    return "\n".join(
+        ln[: len(ln) - len(ln.lstrip())] + "pass" if ln.lstrip().startswith(("%", "!")) else ln
+        for ln in source.splitlines()
+    )
+
+
 def _parse(source: str) -> ast.AST:
-    # IPython magics and shell escapes are not Python: leave them out of the analysis; a cell that
-    # writes a file (`%%writefile`) runs none of its code in the kernel.
+    # a cell that writes a file (`%%writefile`) runs none of its code in the kernel
     if source.lstrip().startswith("%%writefile"):
         return ast.Module(body=[], type_ignores=[])
-    lines = [ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!"))]
-    return ast.parse("\n".join(lines))
+    return ast.parse(python_source(source))
 
 
 def read(path: Path) -> nbformat.NotebookNode:

@@ -26,6 +26,7 @@ import torch
 
 from helpers import profiles, timing
 from helpers.suite import catalog
+from tests import notebook_sections as ns
 from tests.test_capabilities import TABLE, fake_cuda  # noqa: F401 - a fixture, used by name
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
@@ -250,12 +251,7 @@ def _is_size(call: ast.AST) -> bool:
 
 def _python(source: str) -> str:
     """A cell's code with IPython's line magics and shell lines as `pass` (a `%%` cell: none)."""
-    if source.lstrip().startswith("%%"):
-        return ""
-    return "\n".join(
-        ln[: len(ln) - len(ln.lstrip())] + "pass" if ln.lstrip().startswith(("%", "!")) else ln
-        for ln in source.splitlines()
-    )
+    return "" if source.lstrip().startswith("%%") else ns.python_source(source)
 
 
 def _explore(node: ast.AST) -> bool:

@@ -28,6 +28,7 @@ from packaging.requirements import Requirement
 
 from helpers import paths
 from helpers.suite import runner, setup_cell
+from tests import notebook_sections as ns
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
@@ -317,10 +318,7 @@ def notebook_imports(path: Path) -> str:
         src = cell.source
         if src.lstrip().startswith("%%"):
             continue
-        src = "\n".join(
-            ln[: len(ln) - len(ln.lstrip())] + "pass" if ln.lstrip().startswith(("%", "!")) else ln
-            for ln in src.splitlines()
-        )
+        src = ns.python_source(src)
         tree = ast.parse(src)
         lines += [
             ast.get_source_segment(src, n)

@@ -184,12 +184,7 @@ def _is_skip(stmt: ast.stmt, names: _Names) -> bool:
 
 def _parse(source: str) -> ast.Module:
     """The cell as Python: a magic or shell line becomes `pass` (same indent, same line)."""
-    return ast.parse(
-        "\n".join(
-            ln[: len(ln) - len(ln.lstrip())] + "pass" if ln.lstrip().startswith(("%", "!")) else ln
-            for ln in source.splitlines()
-        )
-    )
+    return ast.parse(ns.python_source(source))
 
 
 def plumbing_lines(source: str) -> int:

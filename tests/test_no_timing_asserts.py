@@ -25,6 +25,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from tests import notebook_sections as ns
+
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
 # Calls that read a clock or time something: the last part of the called name.
@@ -385,26 +387,15 @@ def _run(body: list[ast.stmt], taint: Taint, found: list[Finding], cell: int) ->
                     taint.names.discard(target.id)
 
 
-def _python(source: str) -> str:
-    """The cell without IPython's line magics and shell escapes (each left as `pass`)."""
-    lines = []
-    for line in source.splitlines():
-        stripped = line.lstrip()
-        lines.append(
-            line[: len(line) - len(stripped)] + "pass" if stripped.startswith(("%", "!")) else line
-        )
-    return "\n".join(lines)
-
-
 def timing_asserts(cells: list[str]) -> list[Finding]:
     """The asserts on a measured time in these code cells, run in order as one kernel would."""
     taint, found = Taint(), []
     for i, source in enumerate(cells):
         if source.lstrip().startswith("%%writefile"):
             # a script another process runs: its own names, from scratch
-            _run(ast.parse(_python(source.partition("\n")[2])).body, Taint(), found, i)
+            _run(ast.parse(ns.python_source(source.partition("\n")[2])).body, Taint(), found, i)
         else:
-            _run(ast.parse(_python(source)).body, taint, found, i)
+            _run(ast.parse(ns.python_source(source)).body, taint, found, i)
     return found
 
 
