@@ -12,6 +12,7 @@ data set held as uint8 tensors, where a DataLoader was (notebooks 06, 04, 19).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -24,7 +25,6 @@ from typing import NamedTuple
 from urllib.parse import urlparse
 
 import torch
-import torchvision
 from torch.utils.data import Dataset
 
 from . import paths, synthetic
@@ -33,11 +33,6 @@ from .devices import as_device
 
 DATASETS = ("fashion-mnist", "cifar10")
 SOURCES = ("auto", "real", "synthetic")
-_CLASS = {
-    "fashion-mnist": torchvision.datasets.FashionMNIST,
-    "cifar10": torchvision.datasets.CIFAR10,
-}
-_URL = {"fashion-mnist": _CLASS["fashion-mnist"].mirrors[0], "cifar10": _CLASS["cifar10"].url}
 # Where torchvision reads each set's files; the synthetic marker lies in the first folder.
 _FOLDER = {"fashion-mnist": ("FashionMNIST", "raw"), "cifar10": ("cifar-10-batches-py",)}
 FILES = {
@@ -49,6 +44,21 @@ FILES = {
     ),
     "cifar10": (*(f"data_batch_{i}" for i in range(1, 6)), "test_batch", "batches.meta"),
 }
+
+
+def _dataset_class(name: str) -> type:
+    """The torchvision class that reads data set `name`. torchvision is imported here, on the
+    first load: importing it takes about 2 s (its models import torch._dynamo), which the
+    notebooks that never load a data set need not pay."""
+    from torchvision import datasets
+
+    return {"fashion-mnist": datasets.FashionMNIST, "cifar10": datasets.CIFAR10}[name]
+
+
+def _download_url(name: str) -> str:
+    """Where torchvision downloads data set `name` from (its first mirror)."""
+    cls = _dataset_class(name)
+    return cls.mirrors[0] if name == "fashion-mnist" else cls.url
 
 
 def _check(
@@ -115,7 +125,7 @@ def damaged_file(name: str, root: str | Path, *, synthetic_copy: bool = False) -
                 "or not the manifest the synthetic writer leaves"
             )
     elif name == "cifar10":
-        cls = torchvision.datasets.CIFAR10
+        cls = _dataset_class("cifar10")
         md5s = dict((*cls.train_list, *cls.test_list)) | {cls.meta["filename"]: cls.meta["md5"]}
     for path in (folder / f for f in FILES[name]):
         if not path.is_file():
@@ -174,16 +184,20 @@ def _synthetic_cifar_md5(folder: Path) -> dict[str, str]:
     return synthetic.cifar10_checksums(manifest["n_train"], manifest["n_test"])
 
 
-class _SyntheticCIFAR10(torchvision.datasets.CIFAR10):
-    """The real CIFAR10 reader (it checks a file's md5 before unpickling it), the stand-in's
-    md5s."""
+@functools.cache
+def _synthetic_cifar10_class() -> type:
+    """The real CIFAR10 reader (it checks a file's md5 before unpickling it), with the stand-in's
+    md5s; built on first use, as torchvision is imported."""
 
-    def __init__(self, root: str, **kwargs: object) -> None:
-        md5 = _synthetic_cifar_md5(Path(root) / self.base_folder)
-        self.train_list = [[n, md5[n]] for n, _ in type(self).train_list]
-        self.test_list = [[n, md5[n]] for n, _ in type(self).test_list]
-        self.meta = {**type(self).meta, "md5": md5["batches.meta"]}
-        super().__init__(root, **kwargs)
+    class SyntheticCIFAR10(_dataset_class("cifar10")):
+        def __init__(self, root: str, **kwargs: object) -> None:
+            md5 = _synthetic_cifar_md5(Path(root) / self.base_folder)
+            self.train_list = [[n, md5[n]] for n, _ in type(self).train_list]
+            self.test_list = [[n, md5[n]] for n, _ in type(self).test_list]
+            self.meta = {**type(self).meta, "md5": md5["batches.meta"]}
+            super().__init__(root, **kwargs)
+
+    return SyntheticCIFAR10
 
 
 def load(
@@ -197,9 +211,9 @@ def load(
     """The torchvision data set `name` ('fashion-mnist' or 'cifar10'); see the module doc."""
     _check(name, source, train, transform, root)
     root = Path(root) if root is not None else paths.data_dir()
-    cls, kw = _CLASS[name], dict(train=train, transform=transform)
+    cls, kw = _dataset_class(name), dict(train=train, transform=transform)
     have = source != "synthetic" and _real_present(name, root)
-    if have or (source != "synthetic" and online(_URL[name])):
+    if have or (source != "synthetic" and online(_download_url(name))):
         ds = (
             _open(name, root, lambda: cls(str(root), download=False, **kw), synthetic_copy=False)
             if have
@@ -216,7 +230,7 @@ def load(
     syn = root / "synthetic"
     if not _is_synthetic(name, syn):
         (synthetic.write_fashion_mnist if name == "fashion-mnist" else synthetic.write_cifar10)(syn)
-    syn_cls = cls if name == "fashion-mnist" else _SyntheticCIFAR10
+    syn_cls = cls if name == "fashion-mnist" else _synthetic_cifar10_class()
     ds = _open(name, syn, lambda: syn_cls(str(syn), download=False, **kw), synthetic_copy=True)
     ds.synthetic = True
     return ds

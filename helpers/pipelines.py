@@ -52,7 +52,7 @@ def prepare_image_folder(
         source == "auto"
         and (
             data._real_present("cifar10", paths.data_dir())
-            or data.online(data._URL["cifar10"], timeout=1.0)
+            or data.online(data._download_url("cifar10"), timeout=1.0)
         )
     )
     name = f"cifar10_{'real' if real else 'synthetic'}_{fmt}_{n}"

@@ -277,3 +277,19 @@ def test_staging_buffers_are_pinned_on_cuda():
     assert all(buf[0].is_pinned() and buf[1].is_pinned() for buf in b._bufs)
     xs = torch.cat([xb.cpu() for xb, _ in b])
     assert torch.allclose(xs.sum(0), (x.float() / 255).sum(0), atol=1e-3)
+
+
+def test_torchvision_is_imported_on_the_first_load_not_with_the_helpers():
+    """Importing torchvision takes about 2 s (its models import torch._dynamo): a notebook that
+    imports `helpers.data` and never loads a data set must not pay it, one that loads one does."""
+    script = (
+        "import sys\n"
+        "from helpers import data\n"
+        "print('torchvision' in sys.modules)\n"
+        "data._dataset_class('cifar10')\n"
+        "print('torchvision' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
+    ).stdout.split()
+    assert out == ["False", "True"]

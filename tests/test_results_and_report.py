@@ -168,3 +168,19 @@ def test_report_is_written_without_nbconvert(tmp_path, monkeypatch):
         html = report.write(tmp_path)
     assert html.is_file() and (tmp_path / "report.md").is_file()
     assert not (tmp_path / "notebooks" / "01_x.html").exists()
+
+
+def test_report_leaves_notebooks_unrendered_until_asked(tmp_path):
+    """The runner rewrites the report after every notebook without rendering (that would run
+    beside the next notebook's measurements), then renders them all at the end."""
+    import nbformat
+
+    _two_notebooks(tmp_path)
+    executed = tmp_path / "notebooks"
+    executed.mkdir(exist_ok=True)
+    for name in ("01_a", "02_b"):
+        nbformat.write(nbformat.v4.new_notebook(), executed / f"{name}.ipynb")
+    report.write(tmp_path, with_notebooks=False)
+    assert not list(executed.glob("*.html"))
+    report.write(tmp_path)
+    assert {p.stem for p in executed.glob("*.html")} == {p.stem for p in executed.glob("*.ipynb")}

@@ -6,8 +6,10 @@ waterfall, each notebook's measurements and executed copy, beside the committed 
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import html
 import json
+import multiprocessing
 import os
 import re
 import warnings
@@ -277,14 +279,16 @@ def render(rep: dict[str, Any], *where: Path | None, fmt: str = "md") -> str:
 
 
 def render_notebooks(notebooks_dir: Path) -> None:
-    """Each executed notebook as a static HTML page next to it (nbconvert's lab template).
+    """Each executed notebook as a static HTML page next to it (nbconvert's lab template), one
+    process per core: the runner renders them once, after the last notebook, so the rendering
+    never runs beside a notebook's measurements.
 
     Without nbconvert (a GPU node given only the runner's wheels) the report is still written:
     the notebooks stay unrendered, and the run's results are not lost to an ImportError."""
     try:
-        from nbconvert import HTMLExporter
+        import nbconvert  # noqa: F401  (each renderer imports it: here, only whether it is there)
     except ImportError:
-        warnings.warn(  # once per process: the report is rewritten after every notebook
+        warnings.warn(
             "report: nbconvert is not installed: the executed notebooks are not rendered to HTML",
             stacklevel=2,
         )
@@ -294,19 +298,46 @@ def render_notebooks(notebooks_dir: Path) -> None:
         raise FileNotFoundError(
             f"render_notebooks: notebooks_dir {notebooks_dir} is not a folder of executed notebooks"
         )
-    exporter = HTMLExporter(template_name="lab")
-    for nb_path in sorted(Path(notebooks_dir).glob("*.ipynb")):
-        target = nb_path.with_suffix(".html")
-        try:  # rendered once, after the run wrote the copy: the report is rewritten often
-            if not target.exists() or target.stat().st_mtime < nb_path.stat().st_mtime:
-                paths.write_atomic(target, exporter.from_filename(str(nb_path))[0])
-        except Exception as err:  # a broken copy must not cost the report
-            print(f"report: could not render {nb_path.name} to HTML ({type(err).__name__}: {err})")
+    stale = [
+        nb_path
+        for nb_path in sorted(Path(notebooks_dir).glob("*.ipynb"))
+        if not (target := nb_path.with_suffix(".html")).exists()
+        or target.stat().st_mtime < nb_path.stat().st_mtime
+    ]
+    workers = min(len(stale), len(os.sched_getaffinity(0)))
+    if workers < 2:
+        for problem in map(_render_one, stale):
+            if problem:
+                print(problem)
+        return
+    # spawned, not forked: the runner's process has threads (nbclient's, tqdm's)
+    spawn = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=spawn) as pool:
+        for problem in pool.map(_render_one, stale):
+            if problem:
+                print(problem)
 
 
-def write(build_dir: Path | None = None, out_dir: Path | None = None) -> Path:
+def _render_one(nb_path: Path) -> str:
+    """Render one executed notebook to HTML beside it; what went wrong, or '' (a broken copy
+    must not cost the report)."""
+    from nbconvert import HTMLExporter
+
+    try:
+        html_text = HTMLExporter(template_name="lab").from_filename(str(nb_path))[0]
+        paths.write_atomic(nb_path.with_suffix(".html"), html_text)
+    except Exception as err:
+        return f"report: could not render {nb_path.name} to HTML ({type(err).__name__}: {err})"
+    return ""
+
+
+def write(
+    build_dir: Path | None = None, out_dir: Path | None = None, *, with_notebooks: bool = True
+) -> Path:
     """Write `report.md` and `report.html` of a run folder (default: the newest run, else the build
-    folder) into `out_dir` (default: that folder), links relative to it; return the HTML path."""
+    folder) into `out_dir` (default: that folder), links relative to it; return the HTML path.
+    `with_notebooks`: also render the executed notebooks to HTML (`render_notebooks`); the runner
+    leaves that to its last report, after every notebook ran."""
     build_dir = Path(build_dir or runs.latest_run() or paths.build_dir())
     if not build_dir.is_dir():
         raise FileNotFoundError(
@@ -326,7 +357,7 @@ def write(build_dir: Path | None = None, out_dir: Path | None = None) -> Path:
             msg := f"{log_path} cannot be read ({e}): notebook statuses are missing", stacklevel=2
         )
         problems.append(msg)
-    if notebooks.is_dir():
+    if with_notebooks and notebooks.is_dir():
         render_notebooks(notebooks)
     rep = build(load_all(results_dir, problems=problems), run_log, problems=problems)
     out_dir = Path(out_dir or build_dir)

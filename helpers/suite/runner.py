@@ -216,11 +216,13 @@ def _confirm_full(yes: bool) -> bool:
     return False
 
 
-def _publish(run: Path, log: dict) -> Path:
-    """run.json and the run's report, also written (not copied: links are relative) to build/."""
+def _publish(run: Path, log: dict, *, last: bool = False) -> Path:
+    """run.json and the run's report, also written (not copied: links are relative) to build/.
+    `last`: the run is over, so the executed notebooks are rendered to HTML now, on every core,
+    with no notebook measuring beside them."""
     paths.write_atomic(run / "run.json", json.dumps(log, indent=1))
-    report.write(run, out_dir=paths.build_dir())
-    return report.write(run)
+    report.write(run, out_dir=paths.build_dir(), with_notebooks=last)
+    return report.write(run, with_notebooks=False)
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
@@ -335,7 +337,7 @@ def _run(args: argparse.Namespace, nbs: list[Path], profile: str, why: str, run:
             not_run=[p.stem for p in nbs if p.stem not in log["notebooks"]],
             **({"stopped_by": signal.Signals(stopped).name} if stopped else {}),
         )
-        html_path = _publish(run, log)
+        html_path = _publish(run, log, last=True)
         _stopped_by.clear()
     return _summary(log, html_path, stopped, run if args.save_reference else None)
 
