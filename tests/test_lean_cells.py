@@ -32,10 +32,6 @@ NOT_LEAN_YET: dict[str, str] = {
     "09_device_placement.ipynb": "L10 and L13: a record.judge for the GPU and one for without "
     "(27 and 24 lines)",
     "12_mixed_precision.ipynb": "L12: a record.judge for fp16 and one for bf16 (29 lines)",
-    "15_data_parallel.ipynb": "L14: a record.judge for 2+ GPUs and one for fewer (21 lines)",
-    "16_ddp.ipynb": "scaling: four record.measure calls (24 lines); L15: a record.judge for 2+ "
-    "GPUs and one for fewer (22 lines)",
-    "19_capstone.ipynb": "L23: a record.measure, the figure sentence and record.judge (22 lines)",
 }
 LEAVING = (ast.Return, ast.Continue, ast.Break, ast.Pass)
 
