@@ -23,9 +23,8 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 MOST_PLUMBING = 20  # lines per cell that are not the technique
 PLOT_ROOTS = frozenset({"plt", "plotting"})  # pyplot and the notebooks' helpers for figures
 # Cells still over MOST_PLUMBING, each with why; the test fails once one of them is lean.
-# Mostly recording: each record.measure (one per variant) and each record.judge (its figure
-# sentence, and a second "not measurable here" call for the machine without a GPU) spans 5 to
-# 15 lines as formatted; a recording helper that takes such a set in one call is the fix.
+# The fix so far: one record.judge per claim after the branches that measure (None where this
+# machine cannot), and a cell of its own for the figures a result records.
 NOT_LEAN_YET: dict[str, str] = {
     "05_cpu_threads.ipynb": "busy neighbour: three record.measure calls (21 lines) after its bars",
     "06_gpu_data_pipelines.ipynb": "L6: its figure sentence and record.judge (24 lines)",
