@@ -48,7 +48,7 @@ FILES = {
 
 def _dataset_class(name: str) -> type:
     """The torchvision class that reads data set `name`. torchvision is imported here, on the
-    first load: importing it takes about 2 s (its models import torch._dynamo), which the
+    first load: importing it takes about 2 s (its models import the compiler), which the
     notebooks that never load a data set need not pay."""
     from torchvision import datasets
 
