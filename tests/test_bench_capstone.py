@@ -146,7 +146,7 @@ def test_benchmark_rejects_bad_arguments(capsys, argv, message):
     assert message in capsys.readouterr().err
 
 
-def test_notebook_18_has_the_parameters_cell_the_benchmark_overrides():
+def test_capstone_has_the_parameters_cell_the_benchmark_overrides():
     """Papermill's convention: the override cell, tagged injected-parameters, right after the one
     tagged parameters."""
     nb = bench.notebook_with(["EPOCHS=3"])

@@ -244,7 +244,7 @@ T4, P100_OLD_WHEEL, CPU = TABLE[0][1], TABLE[1][1] | {"arch_list": OLD_WHEEL}, T
     ],
     ids=["T4", "P100", "MPS", "CPU"],
 )
-def test_notebook_07_precisions_skip_with_the_reason(
+def test_mixed_precision_variants_skip_with_the_reason(
     described, available, said, monkeypatch, capsys
 ):
     ns = {
@@ -311,7 +311,7 @@ BF16_BAR = ("bf16 autocast", {"precision": "bf16"})
     ],
     ids=["T4", "P100", "V100", "A10G", "H100", "Apple-macOS13", "CPU"],
 )
-def test_notebook_18_bars_skip_with_the_reason(described, skipped, graphs, low, monkeypatch):
+def test_capstone_bars_skip_with_the_reason(described, skipped, graphs, low, monkeypatch):
     """Which bars the capstone runs: fp16 with a GradScaler where bf16 is not native (T4, V100),
     bf16 where it is; TF32 switches matmuls and convolutions and says what changed."""
     ns = {

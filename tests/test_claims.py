@@ -20,6 +20,7 @@ from helpers.suite.claims import (
     Rule,
     judge,
 )
+from tests import notebook_sections as ns
 
 # Each rule's thresholds, pinned: a changed number must be changed here too, on purpose.
 LIMITS = {
@@ -373,8 +374,7 @@ def _echoed_verdicts(sources: list[str]) -> list[int]:
     for i, source in enumerate(sources):
         if source.lstrip().startswith("%%"):
             continue  # a cell magic's body (a file it writes) is not run as Python
-        code = [ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!"))]
-        body = ast.parse("\n".join(code)).body
+        body = ast.parse(ns.python_source(source)).body
         last = body[-1] if body else None
         if (
             isinstance(last, ast.Expr)

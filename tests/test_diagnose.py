@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from helpers import diagnose, models
 from helpers.diagnose import DataWaitMeter
+from tests import notebook_sections as ns
 
 
 def _loop(window, steps):
@@ -235,11 +236,9 @@ THRESHOLD_NAMES = {
 
 def _code(notebook: str) -> ast.Module:
     nb = nbformat.read(NOTEBOOKS / notebook, as_version=4)
-    return ast.parse("\n\n".join(_python(c.source) for c in nb.cells if c.cell_type == "code"))
-
-
-def _python(source: str) -> str:
-    return "\n".join(ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!")))
+    return ast.parse(
+        "\n\n".join(ns.python_source(c.source) for c in nb.cells if c.cell_type == "code")
+    )
 
 
 def _names(node: ast.AST) -> set[str]:
@@ -249,7 +248,7 @@ def _names(node: ast.AST) -> set[str]:
 
 
 @pytest.mark.parametrize("notebook", ["04_profiling.ipynb", "19_capstone.ipynb"])
-def test_notebooks_17_and_18_call_the_classifier_and_hold_no_thresholds(notebook):
+def test_profiling_and_capstone_call_the_classifier_and_hold_no_thresholds(notebook):
     tree = _code(notebook)
     calls = [
         n

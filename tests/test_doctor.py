@@ -452,7 +452,7 @@ print("a spawned worker delivered", tuple(X.shape))
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_notebook_19s_dataset_loads_in_spawned_workers(tmp_path):
+def test_your_own_loops_dataset_loads_in_spawned_workers(tmp_path):
     """Notebook 20 writes its Dataset to a module (`%%writefile {DATASET}`), so a worker started
     by spawn imports it; a class defined in a cell would fail there. In a process of its own
     (python -c, a `__main__` without a file, as a notebook's): spawn's resource tracker ends

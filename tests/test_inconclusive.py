@@ -13,6 +13,7 @@ from helpers import timing
 from helpers.suite import catalog, claims
 from helpers.suite.claims import RULES, WINDOW_FLOORS, judge
 from helpers.suite.results import Recorder
+from tests import notebook_sections as ns
 
 # The rules judged on timed windows, pinned: a rule that stops being timed must be changed here.
 TIMED = {
@@ -185,8 +186,7 @@ def _code(nb) -> dict[int, ast.Module]:
     for i, cell in enumerate(nb.cells):
         if cell.cell_type != "code" or cell.source.lstrip().startswith("%%"):
             continue
-        lines = [ln for ln in cell.source.splitlines() if not ln.lstrip().startswith(("%", "!"))]
-        out[i] = ast.parse("\n".join(lines))
+        out[i] = ast.parse(ns.python_source(cell.source))
     return out
 
 

@@ -74,7 +74,7 @@ class _Recorded:
         return types.SimpleNamespace(median=1.0, per_second=lambda n: float(n))
 
 
-def test_notebook_10_times_fp32_as_true_fp32_on_an_ampere_gpu(flags, monkeypatch):
+def test_mixed_precision_times_fp32_as_true_fp32_on_an_ampere_gpu(flags, monkeypatch):
     """On an A100 PyTorch runs fp32 convolutions in TF32 unless told not to: the flags are set to
     what such a GPU runs by default, and every variant's timing must see "ieee" instead."""
     assert devices.capabilities(described=ROWS["A100-40GB"]).ok("tf32")  # the GPU it is about
