@@ -306,16 +306,13 @@ def render_notebooks(notebooks_dir: Path) -> None:
     ]
     workers = min(len(stale), len(os.sched_getaffinity(0)))
     if workers < 2:
-        for problem in map(_render_one, stale):
-            if problem:
-                print(problem)
-        return
-    # spawned, not forked: the runner's process has threads (nbclient's, tqdm's)
-    spawn = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=spawn) as pool:
-        for problem in pool.map(_render_one, stale):
-            if problem:
-                print(problem)
+        problems = list(map(_render_one, stale))
+    else:  # spawned, not forked: the runner's process has threads (nbclient's, tqdm's)
+        spawn = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=spawn) as pool:
+            problems = list(pool.map(_render_one, stale))
+    for problem in filter(None, problems):
+        print(problem)
 
 
 def _render_one(nb_path: Path) -> str:
